@@ -1,0 +1,84 @@
+import type { Sql } from 'postgres'
+import type { Log } from '../log.ts'
+import { tokenDigest } from './tokens.ts'
+
+/** The channel the `api_tokens` trigger notifies on every change. */
+export const tokensChannel = 'api_tokens_changed'
+
+/** The valid tokens of this process, by digest; kept current without a query per request. */
+export type TokenCache = {
+  /** The name of the token, or `undefined` when it is unknown or revoked. */
+  readonly verify: (token: string) => string | undefined
+  /** Loads the tokens, then follows changes (LISTEN/NOTIFY and a periodic reload). */
+  readonly start: () => Promise<void>
+  /** Reloads now; resolves when a reload that started after this call has finished. */
+  readonly reload: () => Promise<void>
+  readonly close: () => Promise<void>
+}
+
+/** Creates the cache; `reloadEveryMs` bounds how stale it gets when a notification is lost. */
+export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): TokenCache {
+  let byDigest = new Map<string, string>()
+  let running: Promise<void> | undefined
+  let queued: Promise<void> | undefined
+  let timer: ReturnType<typeof setInterval> | undefined
+  let unlisten: (() => Promise<void>) | undefined
+
+  async function load(): Promise<void> {
+    const rows = await sql<{ name: string; digest: string }[]>`
+      select name, encode(token_sha256, 'hex') as digest
+      from api_tokens
+      where revoked_at is null`
+    byDigest = new Map(rows.map((r) => [r.digest, r.name]))
+    log.debug('tokens loaded', { count: byDigest.size })
+  }
+
+  // At most one load runs; calls during it share one more load after it.
+  function reload(): Promise<void> {
+    if (running === undefined) {
+      running = load().finally(() => {
+        running = undefined
+      })
+      return running
+    }
+    queued ??= running
+      .catch(() => {})
+      .then(() => {
+        queued = undefined
+        return reload()
+      })
+    return queued
+  }
+
+  function reloadLogged(reason: string) {
+    reload().catch((err: unknown) => {
+      log.warn('token reload failed; keeping the tokens loaded before', {
+        reason,
+        error: err instanceof Error ? err.message : String(err),
+      })
+    })
+  }
+
+  return Object.freeze({
+    verify(token: string) {
+      return byDigest.get(tokenDigest(token).toString('hex'))
+    },
+    reload,
+    async start() {
+      await reload()
+      const listening = await sql.listen(
+        tokensChannel,
+        () => reloadLogged('notification'),
+        // Called again after every reconnect: changes missed while disconnected are picked up.
+        () => reloadLogged('listen'),
+      )
+      unlisten = listening.unlisten
+      timer = setInterval(() => reloadLogged('periodic'), reloadEveryMs)
+      timer.unref()
+    },
+    async close() {
+      clearInterval(timer)
+      await unlisten?.().catch(() => {})
+    },
+  })
+}

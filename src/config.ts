@@ -1,0 +1,82 @@
+import * as v from 'valibot'
+
+/** The log levels, least severe first. */
+export const logLevels = ['debug', 'info', 'warn', 'error'] as const
+export type LogLevel = (typeof logLevels)[number]
+
+/** The settings table: each variable with its default (`undefined`: none). */
+export const settings = {
+  DATABASE_URL: { default: undefined, meaning: 'PostgreSQL to use; unset: embedded PostgreSQL' },
+  PORT: { default: '8080', meaning: 'HTTP port (0: any free port)' },
+  HOST: { default: '127.0.0.1', meaning: 'address to bind' },
+  LOG_LEVEL: { default: 'info', meaning: 'debug, info, warn or error' },
+} as const
+
+const databaseUrl = v.pipe(
+  v.string(),
+  v.check((s) => {
+    try {
+      const url = new URL(s)
+      return url.protocol === 'postgres:' || url.protocol === 'postgresql:'
+    } catch {
+      return false
+    }
+  }, 'must be a URL such as postgres://user:password@host:5432/database'),
+)
+
+const port = v.pipe(
+  v.string(),
+  v.regex(/^\d{1,5}$/, 'must be an integer from 0 to 65535'),
+  v.transform(Number),
+  v.maxValue(65535, 'must be an integer from 0 to 65535'),
+)
+
+const EnvSchema = v.object({
+  DATABASE_URL: v.optional(databaseUrl),
+  PORT: port,
+  HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
+  LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
+})
+
+/** The validated, frozen settings of one process. */
+export type Config = Readonly<{
+  databaseUrl: string | undefined
+  port: number
+  host: string
+  logLevel: LogLevel
+}>
+
+/** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+/**
+ * Validates the environment once at start-up and applies the defaults. An empty variable counts
+ * as unset, as it does in most deployment tools.
+ */
+export function parseConfig(env: Readonly<Record<string, string | undefined>>): Config {
+  const input: Record<string, string> = {}
+  for (const [name, setting] of Object.entries(settings)) {
+    const value = env[name]
+    const chosen = value === undefined || value === '' ? setting.default : value
+    if (chosen !== undefined) input[name] = chosen
+  }
+  const result = v.safeParse(EnvSchema, input)
+  if (!result.success) {
+    const problems = result.issues.map((issue) => {
+      const name = String(issue.path?.[0]?.key)
+      // A database URL may hold a password: name it, never echo it.
+      const shown = name === 'DATABASE_URL' ? '' : `=${JSON.stringify(input[name])}`
+      return `${name}${shown}: ${issue.message}`
+    })
+    throw new ConfigError(`invalid setting ${problems.join('; ')}`)
+  }
+  const out = result.output
+  return Object.freeze({
+    databaseUrl: out.DATABASE_URL,
+    port: out.PORT,
+    host: out.HOST,
+    logLevel: out.LOG_LEVEL,
+  })
+}

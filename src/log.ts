@@ -1,0 +1,34 @@
+import type { LogLevel } from './config.ts'
+import { logLevels } from './config.ts'
+
+/** Fields of one log line besides time, level and message. */
+export type LogFields = Record<string, string | number | boolean | undefined>
+
+/** A logger writing one JSON object per line. */
+export type Log = {
+  readonly debug: (message: string, fields?: LogFields) => void
+  readonly info: (message: string, fields?: LogFields) => void
+  readonly warn: (message: string, fields?: LogFields) => void
+  readonly error: (message: string, fields?: LogFields) => void
+  readonly enabled: (level: LogLevel) => boolean
+}
+
+/** Creates a logger that drops lines below `level` and hands each line to `write`. */
+export function createLog(level: LogLevel, write: (line: string) => void): Log {
+  const threshold = logLevels.indexOf(level)
+  const enabled = (l: LogLevel) => logLevels.indexOf(l) >= threshold
+  const at = (l: LogLevel) =>
+    enabled(l)
+      ? (message: string, fields?: LogFields) =>
+          write(
+            `${JSON.stringify({ time: new Date().toISOString(), level: l, message, ...fields })}\n`,
+          )
+      : () => {}
+  return Object.freeze({
+    debug: at('debug'),
+    info: at('info'),
+    warn: at('warn'),
+    error: at('error'),
+    enabled,
+  })
+}

@@ -1,0 +1,98 @@
+import * as v from 'valibot'
+
+/** The int64 range of `plants.id`. */
+export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const
+
+/** Length limits, in Unicode code points, as PostgreSQL's `char_length` counts them. */
+export const limits = { name: 200, tag: 100 } as const
+
+const idRangeMessage = `must be an integer from ${idRange.min} to ${idRange.max}`
+
+/** A plant id: the body parser hands integer literals over as `bigint`, so nothing is rounded. */
+export const PlantId = v.pipe(
+  v.bigint('must be an integer'),
+  v.minValue(idRange.min, idRangeMessage),
+  v.maxValue(idRange.max, idRangeMessage),
+)
+
+function codePoints(s: string): number {
+  let n = 0
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    // A high surrogate followed by a low one is one code point.
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1)
+      if (d >= 0xdc00 && d <= 0xdfff) i++
+    }
+    n++
+  }
+  return n
+}
+
+// A lone surrogate cannot be stored as UTF-8 (`String.prototype.isWellFormed` is not in every
+// runtime we support, so the check is written out).
+function isWellFormed(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 0xd800 || c > 0xdfff) continue
+    if (c > 0xdbff || i + 1 >= s.length) return false
+    const d = s.charCodeAt(i + 1)
+    if (d < 0xdc00 || d > 0xdfff) return false
+    i++
+  }
+  return true
+}
+
+/** A text member: 1 to `max` code points, well-formed Unicode, no U+0000. */
+export function text(max: number) {
+  return v.pipe(
+    v.string('must be a string'),
+    v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'),
+    v.check((s) => !s.includes('\u0000'), 'must not contain U+0000'),
+    v.check((s) => {
+      const n = codePoints(s)
+      return n >= 1 && n <= max
+    }, `must be 1 to ${max} characters`),
+  )
+}
+
+/** The body of `POST /plants`; members other than these are ignored. */
+export const NewPlant = v.object(
+  {
+    id: PlantId,
+    name: text(limits.name),
+    tag: v.optional(text(limits.tag)),
+  },
+  'must be a JSON object',
+)
+export type NewPlant = v.InferOutput<typeof NewPlant>
+
+/** The answer of `POST /plants`: the stored name and tag (no id, as in the seed). */
+export const Plant = v.object({
+  name: text(limits.name),
+  tag: v.optional(text(limits.tag)),
+})
+export type Plant = v.InferOutput<typeof Plant>
+
+/** Validates a parsed body; the message names each offending member and why. */
+export function validateNewPlant(
+  value: unknown,
+): { ok: true; plant: NewPlant } | { ok: false; message: string } {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return { ok: false, message: 'body: must be a JSON object' }
+  }
+  const result = v.safeParse(NewPlant, value, { abortPipeEarly: true })
+  if (result.success) return { ok: true, plant: result.output }
+  const seen = new Set<string>()
+  const parts: string[] = []
+  for (const issue of result.issues) {
+    const key = issue.path?.[0]?.key
+    const where = typeof key === 'string' ? key : 'body'
+    if (seen.has(where)) continue
+    seen.add(where)
+    parts.push(
+      `${where}: ${issue.input === undefined && where !== 'body' ? 'is required' : issue.message}`,
+    )
+  }
+  return { ok: false, message: parts.join('; ') }
+}

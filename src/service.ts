@@ -1,0 +1,100 @@
+import { writeFile } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
+import { createApp } from './app.ts'
+import { createTokenCache } from './auth/token-cache.ts'
+import { createToken, hasAnyToken } from './auth/token-repository.ts'
+import type { Config } from './config.ts'
+import { defaultDataDir, openDatabase } from './database.ts'
+import { migrate } from './db/migrate.ts'
+import { createSql } from './db/sql.ts'
+import type { Log } from './log.ts'
+import { createPlantRepository } from './plants/repository.ts'
+
+/** A running service. */
+export type Service = {
+  /** Base URL the service listens on. */
+  readonly url: string
+  /** Stops accepting, finishes requests in flight (at most `graceMs`), releases everything. */
+  readonly close: (graceMs?: number) => Promise<void>
+}
+
+/**
+ * Starts the whole service: database (embedded when `DATABASE_URL` is unset), migrations, token
+ * cache, HTTP server. Whatever was started is released again if a later step fails.
+ */
+export async function startService(
+  config: Config,
+  log: Log,
+  dataDir = defaultDataDir,
+): Promise<Service> {
+  const cleanups: (() => Promise<void>)[] = []
+  const release = async () => {
+    for (const cleanup of cleanups.reverse())
+      await cleanup().catch((err: unknown) =>
+        log.error('shutdown step failed', { error: String(err) }),
+      )
+  }
+  try {
+    const db = await openDatabase(config, log, { dataDir })
+    cleanups.push(db.stop)
+    await migrate(db.url, log)
+    const sql = createSql(db.url, log)
+    cleanups.push(() => sql.end({ timeout: 5 }))
+    const tokens = createTokenCache(sql, log)
+    await tokens.start()
+    cleanups.push(tokens.close)
+    if (db.owned && !(await hasAnyToken(sql))) {
+      const created = await createToken(sql, 'dev')
+      if ('token' in created) {
+        const file = join(dataDir, 'dev-token')
+        await writeFile(file, `${created.token}\n`, { mode: 0o600 })
+        await tokens.reload()
+        log.info(`created the first API token, named dev; it is saved in ${file}`, {
+          devToken: created.token,
+        })
+      }
+    }
+    const server = createApp({ sql, store: createPlantRepository(sql), tokens, log })
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(config.port, config.host, () => resolve())
+    })
+    const { port } = server.address() as AddressInfo
+    const host = config.host.includes(':') ? `[${config.host}]` : config.host
+    const url = `http://${host}:${port}`
+    log.info(`listening on ${url}`, { host: config.host, port })
+    let closing: Promise<void> | undefined
+    return {
+      url,
+      close(graceMs = 10_000) {
+        closing ??= (async () => {
+          await drain(server, graceMs, log)
+          await release()
+        })()
+        return closing
+      },
+    }
+  } catch (err) {
+    await release()
+    throw err
+  }
+}
+
+// Stop accepting; let requests in flight finish, closing each connection as it goes idle; after
+// `graceMs` close whatever is left.
+async function drain(server: import('node:http').Server, graceMs: number, log: Log): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+  const sweep = setInterval(() => server.closeIdleConnections(), 50)
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), graceMs)
+  })
+  if ((await Promise.race([closed, late])) === 'late') {
+    log.warn(`requests still running after ${graceMs} ms were cut off`)
+    server.closeAllConnections()
+    await closed
+  }
+  clearInterval(sweep)
+  clearTimeout(timer)
+}
