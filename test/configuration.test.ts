@@ -1,0 +1,46 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { ConfigError, parseConfig } from '../src/config.ts'
+import { runMain } from './helpers/cli.ts'
+
+describe('configuration', () => {
+  test('defaults: embedded database, port 8080, 127.0.0.1, info', () => {
+    assert.deepEqual({ ...parseConfig({}) }, { databaseUrl: undefined, port: 8080, host: '127.0.0.1', logLevel: 'info' })
+  })
+
+  test('variables are read and an empty one counts as unset', () => {
+    const config = parseConfig({ DATABASE_URL: 'postgres://u:p@db:5432/plants', PORT: '0', HOST: '0.0.0.0', LOG_LEVEL: '' })
+    assert.deepEqual({ ...config }, { databaseUrl: 'postgres://u:p@db:5432/plants', port: 0, host: '0.0.0.0', logLevel: 'info' })
+    assert.ok(Object.isFrozen(config))
+  })
+
+  for (const [name, value] of [
+    ['PORT', 'eighty'],
+    ['PORT', '65536'],
+    ['PORT', '-1'],
+    ['LOG_LEVEL', 'verbose'],
+    ['DATABASE_URL', 'mysql://x'],
+    ['DATABASE_URL', 'not a url'],
+    ['HOST', 'two words'],
+  ] as const) {
+    test(`${name}=${value} is refused naming ${name}`, () => {
+      assert.throws(() => parseConfig({ [name]: value }), (err: Error) => err instanceof ConfigError && err.message.includes(name))
+    })
+  }
+
+  test('every invalid variable is named in one message, and a database password is never echoed', () => {
+    assert.throws(
+      () => parseConfig({ PORT: 'x', LOG_LEVEL: 'loud', DATABASE_URL: 'http://user:s3cret@host' }),
+      (err: Error) => /PORT/.test(err.message) && /LOG_LEVEL/.test(err.message) && /DATABASE_URL/.test(err.message) && !err.message.includes('s3cret'),
+    )
+  })
+
+  test('the service stops at start with one clear line naming the variable and exit status 1', async () => {
+    const { code, stdout, stderr } = await runMain([], { PORT: 'abc' })
+    assert.equal(code, 1)
+    assert.equal(stdout, '')
+    const lines = stderr.trim().split('\n')
+    assert.equal(lines.length, 1, stderr)
+    assert.match(lines[0] ?? '', /PORT="abc": must be an integer from 0 to 65535/)
+  })
+})

@@ -1,0 +1,75 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+
+const s = await startTestServer({ after })
+
+describe('POST /plants creates a plant', () => {
+  test('answers 200 with the stored name and tag, and stores the row', async () => {
+    const id = uniqueId()
+    const res = await s.post({ id, name: 'Monstera', tag: 'tropical' })
+    assert.equal(res.status, 200)
+    assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
+    assert.deepEqual(await res.json(), { name: 'Monstera', tag: 'tropical' })
+    const rows = await s.db.sql`select id, name, tag, created_by from plants where id = ${id}`
+    assert.deepEqual(rows.map((r) => ({ ...r })), [
+      { id: String(id), name: 'Monstera', tag: 'tropical', created_by: rows[0]?.created_by },
+    ])
+    assert.match(String(rows[0]?.created_by), /^test-/)
+  })
+
+  test('omits tag from the answer and stores NULL when no tag is given', async () => {
+    const id = uniqueId()
+    const res = await s.post({ id, name: 'Fern' })
+    assert.deepEqual(await res.json(), { name: 'Fern' })
+    const [row] = await s.db.sql`select tag from plants where id = ${id}`
+    assert.equal(row?.tag, null)
+  })
+
+  test('ignores and does not store members other than id, name and tag', async () => {
+    const id = uniqueId()
+    const res = await s.post({ id, name: 'Aloe', colour: 'green', __proto__: { admin: true } })
+    assert.equal(res.status, 200)
+    assert.deepEqual(await res.json(), { name: 'Aloe' })
+  })
+
+  test('records the name of the token that created the row in created_by', async () => {
+    const token = await s.newToken(`creator-${uniqueId()}`)
+    const id = uniqueId()
+    await s.post({ id, name: 'Cactus' }, { token })
+    const [row] = await s.db.sql`select created_by from plants where id = ${id}`
+    assert.match(String(row?.created_by), /^creator-/)
+  })
+
+  for (const literal of ['-9223372036854775808', '9223372036854775807', '9007199254740993', '0']) {
+    test(`keeps the id ${literal} exactly, without rounding`, async () => {
+      await s.db.sql`delete from plants where id = ${literal}::int8`
+      const res = await s.post(`{"id":${literal},"name":"exact ${literal}"}`)
+      assert.equal(res.status, 200)
+      const rows = await s.db.sql`select id::text from plants where name = ${`exact ${literal}`}`
+      assert.deepEqual(rows.map((r) => r.id), [literal])
+    })
+  }
+
+  test('counts name length in code points, as char_length does: 200 emoji fit', async () => {
+    const id = uniqueId()
+    const name = '🌵'.repeat(200)
+    const res = await s.post({ id, name, tag: '🌱'.repeat(100) })
+    assert.equal(res.status, 200)
+    const [row] = await s.db.sql`select char_length(name) as n, char_length(tag) as t from plants where id = ${id}`
+    assert.deepEqual({ ...row }, { n: 200, t: 100 })
+  })
+
+  test('accepts a charset=utf-8 content type in any case', async () => {
+    const res = await s.post({ id: uniqueId(), name: 'Ivy' }, { headers: { 'content-type': 'Application/JSON; Charset=UTF-8' } })
+    assert.equal(res.status, 200)
+  })
+
+  test('sends the 200 only after the row is committed: another connection sees it at once', async () => {
+    const id = uniqueId()
+    const res = await s.post({ id, name: 'Basil' })
+    assert.equal(res.status, 200)
+    const rows = await s.db.sql`select 1 from plants where id = ${id}`
+    assert.equal(rows.length, 1)
+  })
+})

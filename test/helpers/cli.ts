@@ -1,0 +1,29 @@
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+
+/** The project folder. */
+export const projectDir = fileURLToPath(new URL('../..', import.meta.url))
+
+/** Runs `src/main.ts` with arguments and environment, as `npm run …` would. */
+export function runMain(
+  args: readonly string[],
+  env: Record<string, string | undefined>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+      cwd: projectDir,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString()
+    })
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString()
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}

@@ -1,0 +1,40 @@
+import { randomBytes } from 'node:crypto'
+import type { TestContext } from 'node:test'
+import postgres, { type Sql } from 'postgres'
+import { migrate } from '../../src/db/migrate.ts'
+import { createLog } from '../../src/log.ts'
+
+/** A fresh database of its own for one test file, on the suite's PostgreSQL. */
+export type TestDatabase = { url: string; sql: Sql }
+
+/** The suite's PostgreSQL server, set by `test/run.ts`. */
+export function serverUrl(): string {
+  const url = process.env.TEST_DATABASE_URL
+  if (!url) throw new Error('TEST_DATABASE_URL is not set: run the tests with `npm test`')
+  return url
+}
+
+export const quietLog = createLog('error', (line) => process.stderr.write(line))
+
+/**
+ * Creates an empty database (migrated unless `migrated: false`) and drops it after the test or
+ * suite `t` ends.
+ */
+export async function createTestDatabase(
+  t: Pick<TestContext, 'after'>,
+  { migrated = true } = {},
+): Promise<TestDatabase> {
+  const name = `plant_test_${randomBytes(6).toString('hex')}`
+  const admin = postgres(serverUrl(), { max: 1, onnotice: () => {} })
+  await admin.unsafe(`create database ${name}`)
+  const url = new URL(serverUrl())
+  url.pathname = `/${name}`
+  const sql = postgres(url.toString(), { max: 4, onnotice: () => {} })
+  t.after(async () => {
+    await sql.end({ timeout: 5 })
+    await admin.unsafe(`drop database if exists ${name} with (force)`)
+    await admin.end({ timeout: 5 })
+  })
+  if (migrated) await migrate(url.toString(), quietLog)
+  return { url: url.toString(), sql }
+}

@@ -1,0 +1,56 @@
+import { connect, type Socket } from 'node:net'
+
+/** A response read off a raw socket. */
+export type RawResponse = {
+  status: number
+  headers: Record<string, string>
+  body: string
+  /** Milliseconds from the first byte sent to the end of the connection. */
+  elapsedMs: number
+}
+
+/** Opens a socket to `base` (an http URL). */
+export function openSocket(base: string): Promise<Socket> {
+  const { hostname, port } = new URL(base)
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => resolve(socket))
+    socket.once('error', reject)
+  })
+}
+
+/** Reads everything until the server closes the connection, and parses one response. */
+export function readUntilClosed(socket: Socket, started = performance.now()): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    socket.on('data', (c: Buffer) => chunks.push(c))
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      // A reset after the response was written still leaves a readable response.
+      if (chunks.length === 0) reject(err)
+    })
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8')
+      const [head = '', ...rest] = text.split('\r\n\r\n')
+      const [statusLine = '', ...lines] = head.split('\r\n')
+      const headers: Record<string, string> = {}
+      for (const line of lines) {
+        const i = line.indexOf(':')
+        if (i > 0) headers[line.slice(0, i).toLowerCase()] = line.slice(i + 1).trim()
+      }
+      resolve({
+        status: Number(statusLine.split(' ')[1] ?? 0),
+        headers,
+        body: rest.join('\r\n\r\n'),
+        elapsedMs: performance.now() - started,
+      })
+    })
+  })
+}
+
+/** Sends `bytes` as they are (the request must ask for `Connection: close`) and reads the answer. */
+export async function rawRequest(base: string, bytes: string | Uint8Array): Promise<RawResponse> {
+  const socket = await openSocket(base)
+  const started = performance.now()
+  const response = readUntilClosed(socket, started)
+  socket.write(bytes)
+  return response
+}

@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import { after, describe, test } from 'node:test'
+import { runMain } from './helpers/cli.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+
+const s = await startTestServer({ after })
+const env = { DATABASE_URL: s.db.url }
+
+async function statusWith(token: string): Promise<number> {
+  return (await s.post({ id: uniqueId(), name: 'probe' }, { token })).status
+}
+
+async function within(ms: number, check: () => Promise<boolean>): Promise<number> {
+  const started = performance.now()
+  while (performance.now() - started < ms) {
+    if (await check()) return performance.now() - started
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  throw new Error(`not true within ${ms} ms`)
+}
+
+describe('npm run token -- create | list | revoke', () => {
+  test('create prints the new token alone on one line; the database keeps only its SHA-256', async () => {
+    const name = `cli-${uniqueId()}`
+    const { code, stdout } = await runMain(['token', 'create', name], env)
+    assert.equal(code, 0)
+    assert.match(stdout, /^pst_[A-Za-z0-9_-]{43}\n$/)
+    const token = stdout.trim()
+    const [row] = await s.db.sql`select token_sha256 from api_tokens where name = ${name}`
+    assert.deepEqual(Buffer.from(row?.token_sha256 as Uint8Array), createHash('sha256').update(token).digest())
+    const everything = JSON.stringify(await s.db.sql`select * from api_tokens`)
+    assert.ok(!everything.includes(token))
+  })
+
+  test('a created token works on a running instance within 1 s, through LISTEN/NOTIFY alone', async () => {
+    const name = `notify-${uniqueId()}`
+    const { stdout } = await runMain(['token', 'create', name], env)
+    const token = stdout.trim()
+    const ms = await within(1000, async () => (await statusWith(token)) === 200)
+    assert.ok(ms < 1000)
+  })
+
+  test('a revoked token fails on a running instance within 1 s', async () => {
+    const name = `revoke-${uniqueId()}`
+    const token = (await runMain(['token', 'create', name], env)).stdout.trim()
+    await within(1000, async () => (await statusWith(token)) === 200)
+    const revoked = await runMain(['token', 'revoke', name], env)
+    assert.equal(revoked.code, 0)
+    const ms = await within(1000, async () => (await statusWith(token)) === 401)
+    assert.ok(ms < 1000)
+  })
+
+  test('list shows every token with its state, never a token or digest', async () => {
+    const name = `listed-${uniqueId()}`
+    const token = (await runMain(['token', 'create', name], env)).stdout.trim()
+    await runMain(['token', 'revoke', name], env)
+    const { code, stdout } = await runMain(['token', 'list'], env)
+    assert.equal(code, 0)
+    const line = stdout.split('\n').find((l) => l.startsWith(`${name}\t`))
+    assert.match(line ?? '', /^listed-\d+\t\d{4}-.*Z\t\d{4}-.*Z$/)
+    assert.ok(!stdout.includes(token))
+  })
+
+  test('create refuses a name that exists, even revoked; names are never reused', async () => {
+    const name = `dup-${uniqueId()}`
+    await runMain(['token', 'create', name], env)
+    const again = await runMain(['token', 'create', name], env)
+    assert.equal(again.code, 1)
+    assert.equal(again.stdout, '')
+    assert.match(again.stderr, /exists already/)
+  })
+
+  test('create refuses an invalid name; revoke refuses an unknown one; bad usage exits 1', async () => {
+    const bad = await runMain(['token', 'create', 'has space'], env)
+    assert.equal(bad.code, 1)
+    assert.match(bad.stderr, /must be 1 to 64 characters/)
+    const unknown = await runMain(['token', 'revoke', `ghost-${uniqueId()}`], env)
+    assert.equal(unknown.code, 1)
+    assert.match(unknown.stderr, /no token is named/)
+    const usage = await runMain(['token', 'frobnicate'], env)
+    assert.equal(usage.code, 1)
+    assert.match(usage.stderr, /usage/)
+  })
+
+  test('tokens are at least 256 bits of randomness with the pst_ prefix, all different', async () => {
+    const tokens = new Set<string>()
+    for (let i = 0; i < 3; i++) tokens.add((await runMain(['token', 'create', `rand-${uniqueId()}`], env)).stdout.trim())
+    assert.equal(tokens.size, 3)
+    for (const t of tokens) assert.equal(Buffer.from(t.slice(4), 'base64url').length, 32)
+  })
+
+  test('a lost notification is made up by the periodic reload', async () => {
+    const { createTokenCache } = await import('../src/auth/token-cache.ts')
+    const { createSql } = await import('../src/db/sql.ts')
+    const { quietLog } = await import('./helpers/database.ts')
+    const sql = createSql(s.db.url, quietLog)
+    after(() => sql.end())
+    const cache = createTokenCache(sql, quietLog, 200)
+    await cache.start()
+    after(() => cache.close())
+    const name = `silent-${uniqueId()}`
+    const token = `pst_${uniqueId()}silentsilentsilentsilent`
+    // Inserting with the notify trigger disabled for this transaction loses the notification.
+    await s.db.sql.begin(async (tx) => {
+      await tx`set local session_replication_role = replica`
+      await tx`insert into api_tokens (name, token_sha256) values (${name}, ${createHash('sha256').update(token).digest()})`
+    })
+    await within(1000, async () => cache.verify(token) === name)
+  })
+})
