@@ -8,9 +8,18 @@ const s = await startTestServer({ after })
 async function withAuthorization(value: string | undefined) {
   const headers: Record<string, string> = { 'content-type': 'application/json' }
   if (value !== undefined) headers.authorization = value
-  const res = await fetch(`${s.base}/plants`, { method: 'POST', headers, body: JSON.stringify({ id: uniqueId(), name: 'x' }) })
+  const res = await fetch(`${s.base}/plants`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ id: uniqueId(), name: 'x' }),
+  })
   const body = (await res.json()) as { error: number; message: string }
-  return { status: res.status, error: body.error, message: body.message, challenge: res.headers.get('www-authenticate') }
+  return {
+    status: res.status,
+    error: body.error,
+    message: body.message,
+    challenge: res.headers.get('www-authenticate'),
+  }
 }
 
 describe('bearer authentication', () => {
@@ -26,10 +35,21 @@ describe('bearer authentication', () => {
     })
   }
 
-  for (const value of ['Bearer', 'Bearer ', 'Bearer  two-spaces', 'Bearer a b', 'Bearer ab$c', 'Bearer =abc', 'Bearer a=b']) {
+  for (const value of [
+    'Bearer',
+    'Bearer ',
+    'Bearer  two-spaces',
+    'Bearer a b',
+    'Bearer ab$c',
+    'Bearer =abc',
+    'Bearer a=b',
+  ]) {
     test(`a malformed Bearer header (${JSON.stringify(value)}) is 400/40010 with error="invalid_request"`, async () => {
       const r = await withAuthorization(value)
-      assert.deepEqual([r.status, r.error, r.challenge], [400, 40010, 'Bearer realm="plants", error="invalid_request"'])
+      assert.deepEqual(
+        [r.status, r.error, r.challenge],
+        [400, 40010, 'Bearer realm="plants", error="invalid_request"'],
+      )
     })
   }
 
@@ -44,7 +64,10 @@ describe('bearer authentication', () => {
 
   test('an unknown token is 401/40102 with error="invalid_token"', async () => {
     const r = await withAuthorization('Bearer pst_unknownunknownunknownunknownunknown00000')
-    assert.deepEqual([r.status, r.error, r.challenge], [401, 40102, 'Bearer realm="plants", error="invalid_token"'])
+    assert.deepEqual(
+      [r.status, r.error, r.challenge],
+      [401, 40102, 'Bearer realm="plants", error="invalid_token"'],
+    )
   })
 
   test('a token that is nearly right (last character changed) is 401/40102', async () => {

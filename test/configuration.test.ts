@@ -5,12 +5,23 @@ import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
   test('defaults: embedded database, port 8080, 127.0.0.1, info', () => {
-    assert.deepEqual({ ...parseConfig({}) }, { databaseUrl: undefined, port: 8080, host: '127.0.0.1', logLevel: 'info' })
+    assert.deepEqual(
+      { ...parseConfig({}) },
+      { databaseUrl: undefined, port: 8080, host: '127.0.0.1', logLevel: 'info' },
+    )
   })
 
   test('variables are read and an empty one counts as unset', () => {
-    const config = parseConfig({ DATABASE_URL: 'postgres://u:p@db:5432/plants', PORT: '0', HOST: '0.0.0.0', LOG_LEVEL: '' })
-    assert.deepEqual({ ...config }, { databaseUrl: 'postgres://u:p@db:5432/plants', port: 0, host: '0.0.0.0', logLevel: 'info' })
+    const config = parseConfig({
+      DATABASE_URL: 'postgres://u:p@db:5432/plants',
+      PORT: '0',
+      HOST: '0.0.0.0',
+      LOG_LEVEL: '',
+    })
+    assert.deepEqual(
+      { ...config },
+      { databaseUrl: 'postgres://u:p@db:5432/plants', port: 0, host: '0.0.0.0', logLevel: 'info' },
+    )
     assert.ok(Object.isFrozen(config))
   })
 
@@ -24,14 +35,21 @@ describe('configuration', () => {
     ['HOST', 'two words'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
-      assert.throws(() => parseConfig({ [name]: value }), (err: Error) => err instanceof ConfigError && err.message.includes(name))
+      assert.throws(
+        () => parseConfig({ [name]: value }),
+        (err: Error) => err instanceof ConfigError && err.message.includes(name),
+      )
     })
   }
 
   test('every invalid variable is named in one message, and a database password is never echoed', () => {
     assert.throws(
       () => parseConfig({ PORT: 'x', LOG_LEVEL: 'loud', DATABASE_URL: 'http://user:s3cret@host' }),
-      (err: Error) => /PORT/.test(err.message) && /LOG_LEVEL/.test(err.message) && /DATABASE_URL/.test(err.message) && !err.message.includes('s3cret'),
+      (err: Error) =>
+        /PORT/.test(err.message) &&
+        /LOG_LEVEL/.test(err.message) &&
+        /DATABASE_URL/.test(err.message) &&
+        !err.message.includes('s3cret'),
     )
   })
 

@@ -12,9 +12,10 @@ describe('POST /plants creates a plant', () => {
     assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
     assert.deepEqual(await res.json(), { name: 'Monstera', tag: 'tropical' })
     const rows = await s.db.sql`select id, name, tag, created_by from plants where id = ${id}`
-    assert.deepEqual(rows.map((r) => ({ ...r })), [
-      { id: String(id), name: 'Monstera', tag: 'tropical', created_by: rows[0]?.created_by },
-    ])
+    assert.deepEqual(
+      rows.map((r) => ({ ...r })),
+      [{ id: String(id), name: 'Monstera', tag: 'tropical', created_by: rows[0]?.created_by }],
+    )
     assert.match(String(rows[0]?.created_by), /^test-/)
   })
 
@@ -47,7 +48,10 @@ describe('POST /plants creates a plant', () => {
       const res = await s.post(`{"id":${literal},"name":"exact ${literal}"}`)
       assert.equal(res.status, 200)
       const rows = await s.db.sql`select id::text from plants where name = ${`exact ${literal}`}`
-      assert.deepEqual(rows.map((r) => r.id), [literal])
+      assert.deepEqual(
+        rows.map((r) => r.id),
+        [literal],
+      )
     })
   }
 
@@ -56,12 +60,16 @@ describe('POST /plants creates a plant', () => {
     const name = '🌵'.repeat(200)
     const res = await s.post({ id, name, tag: '🌱'.repeat(100) })
     assert.equal(res.status, 200)
-    const [row] = await s.db.sql`select char_length(name) as n, char_length(tag) as t from plants where id = ${id}`
+    const [row] = await s.db
+      .sql`select char_length(name) as n, char_length(tag) as t from plants where id = ${id}`
     assert.deepEqual({ ...row }, { n: 200, t: 100 })
   })
 
   test('accepts a charset=utf-8 content type in any case', async () => {
-    const res = await s.post({ id: uniqueId(), name: 'Ivy' }, { headers: { 'content-type': 'Application/JSON; Charset=UTF-8' } })
+    const res = await s.post(
+      { id: uniqueId(), name: 'Ivy' },
+      { headers: { 'content-type': 'Application/JSON; Charset=UTF-8' } },
+    )
     assert.equal(res.status, 200)
   })
 

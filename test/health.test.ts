@@ -36,7 +36,10 @@ describe('health and readiness', () => {
     // Dropping the database under the server: its connections are terminated.
     await db.sql.end()
     const url = new URL(db.url)
-    const admin = (await import('postgres')).default(url.toString().replace(url.pathname, '/postgres'), { max: 1, onnotice: () => {} })
+    const admin = (await import('postgres')).default(
+      url.toString().replace(url.pathname, '/postgres'),
+      { max: 1, onnotice: () => {} },
+    )
     await admin.unsafe(`drop database ${url.pathname.slice(1)} with (force)`)
     await admin.end()
     const ready = await fetch(`${s.base}/readyz`)

@@ -34,7 +34,10 @@ describe('the same id twice (idempotent create)', () => {
   ] as const) {
     test(`the same id with ${label} answers 400/40009 naming the id, and keeps the stored row`, async () => {
       const id = uniqueId()
-      const firstBody = label === 'a tag where none was stored' ? { id, name: 'Tulip' } : { id, name: 'Tulip', tag: 'flower' }
+      const firstBody =
+        label === 'a tag where none was stored'
+          ? { id, name: 'Tulip' }
+          : { id, name: 'Tulip', tag: 'flower' }
       assert.equal((await s.post(firstBody)).status, 200)
       const res = await s.post({ id, ...second })
       assert.equal(res.status, 400)
@@ -60,18 +63,29 @@ describe('the same id twice (idempotent create)', () => {
     const responses = await Promise.all(
       Array.from({ length: 12 }, (_, i) => s.post({ id, name: `contender ${i}` })),
     )
-    const statuses = await Promise.all(responses.map(async (r) => [r.status, ((await r.json()) as { error?: number }).error]))
+    const statuses = await Promise.all(
+      responses.map(async (r) => [r.status, ((await r.json()) as { error?: number }).error]),
+    )
     const winners = statuses.filter(([status]) => status === 200)
     assert.equal(winners.length, 1, JSON.stringify(statuses))
-    assert.ok(statuses.filter(([status]) => status !== 200).every(([status, code]) => status === 400 && code === 40009))
+    assert.ok(
+      statuses
+        .filter(([status]) => status !== 200)
+        .every(([status, code]) => status === 400 && code === 40009),
+    )
     const rows = await s.db.sql`select name from plants where id = ${id}`
     assert.equal(rows.length, 1)
   })
 
   test('concurrent identical creates: all 200, one row', async () => {
     const id = uniqueId()
-    const responses = await Promise.all(Array.from({ length: 12 }, () => s.post({ id, name: 'Twin', tag: 't' })))
-    assert.deepEqual(responses.map((r) => r.status), Array(12).fill(200))
+    const responses = await Promise.all(
+      Array.from({ length: 12 }, () => s.post({ id, name: 'Twin', tag: 't' })),
+    )
+    assert.deepEqual(
+      responses.map((r) => r.status),
+      Array(12).fill(200),
+    )
     for (const r of responses) assert.deepEqual(await r.json(), { name: 'Twin', tag: 't' })
     const rows = await s.db.sql`select 1 from plants where id = ${id}`
     assert.equal(rows.length, 1)

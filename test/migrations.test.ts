@@ -4,7 +4,8 @@ import { migrate, migrationNames } from '../src/db/migrate.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 
 async function tables(sql: import('postgres').Sql): Promise<string[]> {
-  const rows = await sql`select table_name from information_schema.tables where table_schema = 'public' and table_name in ('plants', 'api_tokens') order by 1`
+  const rows =
+    await sql`select table_name from information_schema.tables where table_schema = 'public' and table_name in ('plants', 'api_tokens') order by 1`
   return rows.map((r) => String(r.table_name))
 }
 
@@ -33,7 +34,10 @@ describe('migrations', () => {
       from information_schema.columns where table_name in ('plants', 'api_tokens')
       order by table_name, ordinal_position`
     assert.deepEqual(
-      columns.map((c) => `${c.table_name}.${c.column_name} ${c.data_type} ${c.is_nullable === 'NO' ? 'not null' : 'null'}${c.column_default ? ` default ${c.column_default}` : ''}`),
+      columns.map(
+        (c) =>
+          `${c.table_name}.${c.column_name} ${c.data_type} ${c.is_nullable === 'NO' ? 'not null' : 'null'}${c.column_default ? ` default ${c.column_default}` : ''}`,
+      ),
       [
         'api_tokens.name text not null',
         'api_tokens.token_sha256 bytea not null',
@@ -57,7 +61,10 @@ describe('migrations', () => {
       where c.relname in ('plants', 'api_tokens') and c.relkind = 'r'
         and col_description(c.oid, coalesce(a.attnum, 0)) is null
         and (a.attnum is not null or obj_description(c.oid, 'pg_class') is null)`
-    assert.deepEqual(missing.map((r) => r.what), [])
+    assert.deepEqual(
+      missing.map((r) => r.what),
+      [],
+    )
   })
 
   test('CHECK constraints refuse what the API refuses, counting code points', async () => {
@@ -65,7 +72,12 @@ describe('migrations', () => {
     const insert = (name: string, tag: string | null) =>
       db.sql`insert into plants (id, name, tag, created_by) values (${Math.floor(Math.random() * 1e12)}, ${name}, ${tag}, 'dba')`
     await insert('🌵'.repeat(200), '🌱'.repeat(100))
-    for (const [name, tag] of [['', null], ['a'.repeat(201), null], ['a', ''], ['a', 'b'.repeat(101)]] as const) {
+    for (const [name, tag] of [
+      ['', null],
+      ['a'.repeat(201), null],
+      ['a', ''],
+      ['a', 'b'.repeat(101)],
+    ] as const) {
       await assert.rejects(insert(name, tag), (err: { code?: string }) => err.code === '23514')
     }
   })
@@ -74,6 +86,9 @@ describe('migrations', () => {
     const db = await createTestDatabase({ after })
     await db.sql`insert into plants (id, name, created_by) values (-9223372036854775808, 'min', 'dba'), (9223372036854775807, 'max', 'dba')`
     const rows = await db.sql`select id::text from plants order by id`
-    assert.deepEqual(rows.map((r) => r.id), ['-9223372036854775808', '9223372036854775807'])
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      ['-9223372036854775808', '9223372036854775807'],
+    )
   })
 })

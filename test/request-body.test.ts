@@ -11,12 +11,17 @@ async function errorOf(res: Response): Promise<[number, number]> {
   return [res.status, body.error]
 }
 
-function raw(head: string, body: string | Uint8Array = ''): Promise<import('./helpers/raw-http.ts').RawResponse> {
+function raw(
+  head: string,
+  body: string | Uint8Array = '',
+): Promise<import('./helpers/raw-http.ts').RawResponse> {
   const bytes = typeof body === 'string' ? Buffer.from(body) : body
   return rawRequest(
     s.base,
     Buffer.concat([
-      Buffer.from(`POST /plants HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${s.token}\r\n${head}\r\n`),
+      Buffer.from(
+        `POST /plants HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${s.token}\r\n${head}\r\n`,
+      ),
       bytes,
     ]),
   )
@@ -30,13 +35,27 @@ describe('the request body is checked: type, size, then JSON', () => {
   })
 
   test('an empty chunked body is 400/40001', async () => {
-    const res = await raw('Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n', '0\r\n\r\n')
+    const res = await raw(
+      'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n',
+      '0\r\n\r\n',
+    )
     assert.equal(JSON.parse(res.body).error, 40001)
   })
 
-  for (const type of ['text/plain', 'application/json; charset=latin1', 'application/jsonx', 'application/json; foo=bar', 'multipart/form-data']) {
+  for (const type of [
+    'text/plain',
+    'application/json; charset=latin1',
+    'application/jsonx',
+    'application/json; foo=bar',
+    'multipart/form-data',
+  ]) {
     test(`Content-Type ${type} is 400/40002`, async () => {
-      assert.deepEqual(await errorOf(await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-type': type } })), [400, 40002])
+      assert.deepEqual(
+        await errorOf(
+          await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-type': type } }),
+        ),
+        [400, 40002],
+      )
     })
   }
 
@@ -46,8 +65,17 @@ describe('the request body is checked: type, size, then JSON', () => {
   })
 
   test('a Content-Encoding other than identity is 400/40002; identity is accepted', async () => {
-    assert.deepEqual(await errorOf(await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-encoding': 'gzip' } })), [400, 40002])
-    assert.equal((await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-encoding': 'identity' } })).status, 200)
+    assert.deepEqual(
+      await errorOf(
+        await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-encoding': 'gzip' } }),
+      ),
+      [400, 40002],
+    )
+    assert.equal(
+      (await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-encoding': 'identity' } }))
+        .status,
+      200,
+    )
   })
 
   test('the content type is checked before the size and the JSON', async () => {
@@ -67,7 +95,10 @@ describe('the request body is checked: type, size, then JSON', () => {
     const chunk = 'a'.repeat(10_000)
     const chunked = `${(10_000).toString(16)}\r\n${chunk}\r\n`.repeat(2)
     // The final chunk is never sent: the answer comes from the size limit alone.
-    const res = await raw('Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n', chunked)
+    const res = await raw(
+      'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n',
+      chunked,
+    )
     assert.equal(JSON.parse(res.body).error, 40003)
   })
 
@@ -92,8 +123,15 @@ describe('the request body is checked: type, size, then JSON', () => {
   }
 
   test('bytes that are not UTF-8 are 400/40004', async () => {
-    const bytes = Buffer.concat([Buffer.from('{"id":1,"name":"'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')])
-    const res = await raw(`Content-Type: application/json\r\nContent-Length: ${bytes.length}\r\n`, bytes)
+    const bytes = Buffer.concat([
+      Buffer.from('{"id":1,"name":"'),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from('"}'),
+    ])
+    const res = await raw(
+      `Content-Type: application/json\r\nContent-Length: ${bytes.length}\r\n`,
+      bytes,
+    )
     assert.equal(res.status, 400)
     assert.equal(JSON.parse(res.body).error, 40004)
   })

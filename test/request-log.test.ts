@@ -11,7 +11,10 @@ function lineOf(requestId: string): Record<string, unknown> | undefined {
 describe('one JSON log line per request', () => {
   test('a create is logged with time, level, request id, method, path, status, duration and token name', async () => {
     const requestId = `log-${uniqueId()}`
-    const res = await s.post({ id: uniqueId(), name: 'logged' }, { headers: { 'x-request-id': requestId } })
+    const res = await s.post(
+      { id: uniqueId(), name: 'logged' },
+      { headers: { 'x-request-id': requestId } },
+    )
     assert.equal(res.status, 200)
     const line = lineOf(requestId)
     assert.ok(line, 'no log line')
@@ -25,7 +28,10 @@ describe('one JSON log line per request', () => {
 
   test('a refused request is logged with its error code and without a token name', async () => {
     const requestId = `log-${uniqueId()}`
-    await s.post({ id: uniqueId(), name: 'x' }, { token: 'pst_nope', headers: { 'x-request-id': requestId } })
+    await s.post(
+      { id: uniqueId(), name: 'x' },
+      { token: 'pst_nope', headers: { 'x-request-id': requestId } },
+    )
     const line = lineOf(requestId)
     assert.deepEqual([line?.status, line?.error, line?.tokenName], [401, 40102, undefined])
   })

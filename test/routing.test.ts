@@ -68,7 +68,11 @@ describe('paths, methods and request ids', () => {
   }
 
   test('every response carries an X-Request-Id, errors included', async () => {
-    for (const res of [await fetch(`${s.base}/nope`), await s.post({}), await fetch(`${s.base}/healthz`)]) {
+    for (const res of [
+      await fetch(`${s.base}/nope`),
+      await s.post({}),
+      await fetch(`${s.base}/healthz`),
+    ]) {
       assert.match(res.headers.get('x-request-id') ?? '', /^[A-Za-z0-9._-]{1,128}$/)
     }
   })

@@ -28,7 +28,11 @@ async function fromContainer(): Promise<Database | undefined> {
   try {
     const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
     const container = await new PostgreSqlContainer('postgres:18-alpine').start()
-    return { url: container.getConnectionUri(), stop: async () => void (await container.stop()), kind: 'testcontainers' }
+    return {
+      url: container.getConnectionUri(),
+      stop: async () => void (await container.stop()),
+      kind: 'testcontainers',
+    }
   } catch (err) {
     log.info('no container runtime; using embedded PostgreSQL', {
       reason: (err instanceof Error ? err.message : String(err)).split('\n')[0],
@@ -41,7 +45,12 @@ async function fromEmbedded(): Promise<Database> {
   const dir = await mkdtemp(join(tmpdir(), 'plant-store-test-'))
   // mkdtemp makes the folder 0700; the server runs as user postgres when started as root.
   await chmod(dir, 0o755)
-  const db = await startEmbedded({ dir, log: createLog('warn', (l) => process.stderr.write(l)), shareRunning: false, fast: true })
+  const db = await startEmbedded({
+    dir,
+    log: createLog('warn', (l) => process.stderr.write(l)),
+    shareRunning: false,
+    fast: true,
+  })
   return {
     url: db.url,
     kind: 'embedded',
@@ -73,6 +82,8 @@ const child = spawn(
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
 process.on('SIGINT', stopChild)
 process.on('SIGTERM', stopChild)
-const code = await new Promise<number>((resolve) => child.on('exit', (c, s) => resolve(c ?? (s ? 1 : 0))))
+const code = await new Promise<number>((resolve) =>
+  child.on('exit', (c, s) => resolve(c ?? (s ? 1 : 0))),
+)
 await db.stop()
 process.exit(code)

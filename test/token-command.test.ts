@@ -28,7 +28,10 @@ describe('npm run token -- create | list | revoke', () => {
     assert.match(stdout, /^pst_[A-Za-z0-9_-]{43}\n$/)
     const token = stdout.trim()
     const [row] = await s.db.sql`select token_sha256 from api_tokens where name = ${name}`
-    assert.deepEqual(Buffer.from(row?.token_sha256 as Uint8Array), createHash('sha256').update(token).digest())
+    assert.deepEqual(
+      Buffer.from(row?.token_sha256 as Uint8Array),
+      createHash('sha256').update(token).digest(),
+    )
     const everything = JSON.stringify(await s.db.sql`select * from api_tokens`)
     assert.ok(!everything.includes(token))
   })
@@ -85,7 +88,8 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('tokens are at least 256 bits of randomness with the pst_ prefix, all different', async () => {
     const tokens = new Set<string>()
-    for (let i = 0; i < 3; i++) tokens.add((await runMain(['token', 'create', `rand-${uniqueId()}`], env)).stdout.trim())
+    for (let i = 0; i < 3; i++)
+      tokens.add((await runMain(['token', 'create', `rand-${uniqueId()}`], env)).stdout.trim())
     assert.equal(tokens.size, 3)
     for (const t of tokens) assert.equal(Buffer.from(t.slice(4), 'base64url').length, 32)
   })

@@ -1,6 +1,7 @@
 import { readdirSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
+import pg from 'pg'
 import type { Log } from '../log.ts'
 
 /** The folder of the plain-SQL migrations. */
@@ -27,8 +28,13 @@ export async function migrate(
   direction: 'up' | 'down' = 'up',
   count = direction === 'up' ? Number.POSITIVE_INFINITY : 1,
 ): Promise<string[]> {
+  // node-pg-migrate does not await the end of a client it opens itself, nor listen for its
+  // errors: a connection dropped just after a run would crash the process. So it gets ours.
+  const client = new pg.Client({ connectionString: databaseUrl, application_name: 'plant-store migrate' })
+  client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
+  await client.connect()
   const ran = await runner({
-    databaseUrl,
+    dbClient: client,
     dir: migrationsDir,
     migrationsTable,
     direction,
@@ -42,7 +48,7 @@ export async function migrate(
       warn: (msg: string) => log.warn(msg),
       error: (msg: string) => log.error(msg),
     },
-  })
+  }).finally(() => client.end())
   const names = ran.map((m) => m.name)
   if (names.length > 0) log.info(`migrations ${direction}`, { migrations: names.join(', ') })
   return names

@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto'
-import type { TestContext } from 'node:test'
 import postgres, { type Sql } from 'postgres'
 import { migrate } from '../../src/db/migrate.ts'
 import { createLog } from '../../src/log.ts'
+
+/** Where cleanups are registered: node:test's `after`, or a test context. */
+export type Cleanup = { after: (fn: () => unknown) => void }
 
 /** A fresh database of its own for one test file, on the suite's PostgreSQL. */
 export type TestDatabase = { url: string; sql: Sql }
@@ -21,7 +23,7 @@ export const quietLog = createLog('error', (line) => process.stderr.write(line))
  * suite `t` ends.
  */
 export async function createTestDatabase(
-  t: Pick<TestContext, 'after'>,
+  t: Cleanup,
   { migrated = true } = {},
 ): Promise<TestDatabase> {
   const name = `plant_test_${randomBytes(6).toString('hex')}`

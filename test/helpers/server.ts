@@ -1,12 +1,11 @@
 import type { AddressInfo } from 'node:net'
-import type { TestContext } from 'node:test'
 import { createApp } from '../../src/app.ts'
 import { createTokenCache, type TokenCache } from '../../src/auth/token-cache.ts'
 import { createToken } from '../../src/auth/token-repository.ts'
 import { createSql } from '../../src/db/sql.ts'
 import { createLog } from '../../src/log.ts'
 import { createPlantRepository } from '../../src/plants/repository.ts'
-import { createTestDatabase, type TestDatabase } from './database.ts'
+import { type Cleanup, createTestDatabase, type TestDatabase } from './database.ts'
 
 /** A service started inside the test process on a free port, with its own database. */
 export type TestServer = {
@@ -20,20 +19,26 @@ export type TestServer = {
   /** Creates a token and waits until this server accepts it. */
   readonly newToken: (name: string) => Promise<string>
   /** `POST /plants` with the test token and a JSON content type, unless overridden. */
-  readonly post: (body: unknown, init?: { token?: string; headers?: Record<string, string> }) => Promise<Response>
+  readonly post: (
+    body: unknown,
+    init?: { token?: string; headers?: Record<string, string> },
+  ) => Promise<Response>
 }
 
 let counter = 0
 
-/** Starts the service assembled as `src/service.ts` does, on port 0, stopped after `t`. */
+/**
+ * Starts the service assembled as `src/service.ts` does, on port 0, stopped after `t`.
+ * `connectTo` lets the service reach its database another way (through a proxy).
+ */
 export async function startTestServer(
-  t: Pick<TestContext, 'after'>,
-  { db }: { db?: TestDatabase } = {},
+  t: Cleanup,
+  { db, connectTo }: { db?: TestDatabase; connectTo?: (url: string) => string } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
   const logs: Record<string, unknown>[] = []
   const log = createLog('debug', (line) => logs.push(JSON.parse(line) as Record<string, unknown>))
-  const sql = createSql(database.url, log)
+  const sql = createSql(connectTo ? connectTo(database.url) : database.url, log)
   const tokens = createTokenCache(sql, log)
   await tokens.start()
   const server = createApp({ sql, store: createPlantRepository(sql), tokens, log })

@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { createTestDatabase } from './helpers/database.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+import { startTcpProxy } from './helpers/tcp-proxy.ts'
+
+describe('database faults', () => {
+  test('while the database is unreachable: 503/50301 with Retry-After, quickly; then 200 again without a restart', async () => {
+    const db = await createTestDatabase({ after })
+    const proxy = await startTcpProxy(db.url)
+    after(() => proxy.close())
+    const s = await startTestServer({ after }, { db, connectTo: () => proxy.url })
+    assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
+
+    await proxy.cut()
+    const started = performance.now()
+    const res = await s.post({ id: uniqueId(), name: 'during' })
+    const elapsed = performance.now() - started
+    assert.equal(res.status, 503)
+    assert.equal(res.headers.get('retry-after'), '1')
+    const body = (await res.json()) as { error: number; message: string }
+    assert.equal(body.error, 50301)
+    assert.ok(elapsed < 7000, `answered after ${elapsed} ms`)
+    assert.equal((await fetch(`${s.base}/readyz`)).status, 503)
+
+    await proxy.restore()
+    const id = uniqueId()
+    const recovered = performance.now()
+    let status = 0
+    while (performance.now() - recovered < 5000 && status !== 200) {
+      status = (await s.post({ id, name: 'after' })).status
+    }
+    assert.equal(status, 200)
+    assert.equal((await db.sql`select 1 from plants where id = ${id}`).length, 1)
+  })
+
+  test('a statement that waits on a lock is cut by the 5 s statement timeout: 503/50301, nothing stored', async () => {
+    const s = await startTestServer({ after })
+    const id = uniqueId()
+    let answer: Response | undefined
+    let waited = 0
+    await s.db.sql.begin(async (tx) => {
+      await tx`lock table plants in access exclusive mode`
+      const started = performance.now()
+      answer = await s.post({ id, name: 'blocked' })
+      waited = performance.now() - started
+    })
+    assert.ok(answer)
+    assert.equal(answer.status, 503)
+    assert.equal(((await answer.json()) as { error: number }).error, 50301)
+    assert.ok(waited >= 4500 && waited < 7000, `waited ${waited} ms`)
+    assert.equal((await s.db.sql`select 1 from plants where id = ${id}`).length, 0)
+  })
+
+  test('an unexpected database error is 500/50001: no SQL or stack in the body, logged with the request id', async () => {
+    const s = await startTestServer({ after })
+    await s.db.sql.unsafe(`
+      create function explode() returns trigger language plpgsql as $$
+      begin raise exception 'boom: internal detail'; end $$;
+      create trigger explode before insert on plants for each row when (new.name = 'explode') execute function explode();`)
+    const requestId = `fault-${uniqueId()}`
+    const res = await s.post(
+      { id: uniqueId(), name: 'explode' },
+      { headers: { 'x-request-id': requestId } },
+    )
+    assert.equal(res.status, 500)
+    const text = await res.text()
+    const body = JSON.parse(text) as { error: number; message: string }
+    assert.deepEqual(Object.keys(body).sort(), ['error', 'message'])
+    assert.equal(body.error, 50001)
+    assert.ok(body.message.includes(requestId))
+    for (const leak of ['boom', 'insert', 'plants', 'at ', '.ts'])
+      assert.ok(!text.includes(leak), `${leak} leaked: ${text}`)
+    const logged = s.logs.find((l) => l.requestId === requestId && l.message === 'unexpected fault')
+    assert.ok(
+      logged && String(logged.error).includes('boom'),
+      'the fault is logged with the request id',
+    )
+    assert.equal((await s.post({ id: uniqueId(), name: 'fine' })).status, 200)
+  })
+})
