@@ -30,7 +30,10 @@ export async function migrate(
 ): Promise<string[]> {
   // node-pg-migrate does not await the end of a client it opens itself, nor listen for its
   // errors: a connection dropped just after a run would crash the process. So it gets ours.
-  const client = new pg.Client({ connectionString: databaseUrl, application_name: 'plant-store migrate' })
+  const client = new pg.Client({
+    connectionString: databaseUrl,
+    application_name: 'plant-store migrate',
+  })
   client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
   await client.connect()
   const ran = await runner({
