@@ -1,0 +1,47 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { createTestDatabase } from './helpers/database.ts'
+import { startServiceProcess, tokenFor } from './helpers/process.ts'
+
+describe('the same service under Deno 2 (deno task start)', () => {
+  test('creates, retries, refuses 40005, 40009 and 401, then stops cleanly on SIGTERM', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startServiceProcess('deno', { DATABASE_URL: db.url }, { after })
+    const token = await tokenFor(db.sql, service.base, 'deno')
+    const post = (body: string, auth = `Bearer ${token}`) =>
+      fetch(`${service.base}/plants`, {
+        method: 'POST',
+        headers: { authorization: auth, 'content-type': 'application/json' },
+        body,
+      })
+    const body = '{"id":9007199254740993,"name":"Deno fern","tag":"deno"}'
+
+    const created = await post(body)
+    assert.equal(created.status, 200)
+    assert.deepEqual(await created.json(), { name: 'Deno fern', tag: 'deno' })
+    const [row] = await db.sql`select id::text, created_by from plants`
+    assert.deepEqual({ ...row }, { id: '9007199254740993', created_by: 'deno' })
+
+    const retry = await post(body)
+    assert.equal(retry.status, 200)
+
+    const invalid = await post('{"id":1.5,"name":""}')
+    assert.equal(invalid.status, 400)
+    assert.equal(((await invalid.json()) as { error: number }).error, 40005)
+
+    const conflict = await post('{"id":9007199254740993,"name":"Other"}')
+    assert.equal(conflict.status, 400)
+    assert.equal(((await conflict.json()) as { error: number }).error, 40009)
+
+    const unauthorised = await post(body, 'Bearer pst_wrong')
+    assert.equal(unauthorised.status, 401)
+    assert.equal(
+      unauthorised.headers.get('www-authenticate'),
+      'Bearer realm="plants", error="invalid_token"',
+    )
+
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+    assert.ok(service.lines.some((l) => l.message === 'stopped'))
+  })
+})
