@@ -5,7 +5,9 @@ import { databaseLimits } from './db/sql.ts'
 import { createReadyz, healthz } from './health.ts'
 import { createRouter } from './http/router.ts'
 import { createHttpServer } from './http/server.ts'
+import { reply } from './http/types.ts'
 import type { Log } from './log.ts'
+import { buildOpenApiDocument } from './openapi.ts'
 import { createPlantHandler } from './plants/create-plant.ts'
 import type { PlantStore } from './plants/repository.ts'
 
@@ -19,6 +21,7 @@ export type AppDeps = {
 
 /** The one place where the HTTP server is assembled: the route table and its handlers. */
 export function createApp({ sql, store, tokens, log }: AppDeps): Server {
+  const openapi = buildOpenApiDocument()
   const route = createRouter([
     {
       method: 'POST',
@@ -27,6 +30,7 @@ export function createApp({ sql, store, tokens, log }: AppDeps): Server {
     },
     { method: 'GET', path: '/healthz', handler: healthz },
     { method: 'GET', path: '/readyz', handler: createReadyz(sql, 2_000) },
+    { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
   ])
   return createHttpServer({ route, log })
 }

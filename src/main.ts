@@ -1,3 +1,5 @@
+import { mkdir, writeFile } from 'node:fs/promises'
+import { dirname, resolve } from 'node:path'
 import process from 'node:process'
 import { runTokenCommand, tokenUsage } from './cli/token-command.ts'
 import { type Config, ConfigError, parseConfig } from './config.ts'
@@ -5,9 +7,11 @@ import { openDatabase } from './database.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql } from './db/sql.ts'
 import { createLog, type Log } from './log.ts'
+import { buildOpenApiDocument } from './openapi.ts'
 import { startService } from './service.ts'
 
-const usage = `usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME`
+const usage =
+  'usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME | openapi [FILE]'
 
 // The entry point: the only place that reads the environment and handles signals.
 async function main(argv: readonly string[]): Promise<number> {
@@ -21,6 +25,8 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const [command = 'serve', ...args] = argv
   if (command === 'serve' && args.length === 0) return serve(config)
+  if (command === 'openapi' && args.length <= 1)
+    return openapiCommand(args[0] ?? 'dist/openapi.json')
   // Commands keep standard output for their result; their log goes to standard error.
   const log = createLog(config.logLevel === 'info' ? 'warn' : config.logLevel, (l) =>
     process.stderr.write(l),
@@ -49,6 +55,13 @@ async function serve(config: Config): Promise<number> {
   log.info(`${signal} received; finishing requests in flight (at most 10 s)`)
   await service.close(10_000)
   log.info('stopped')
+  return 0
+}
+
+async function openapiCommand(file: string): Promise<number> {
+  await mkdir(dirname(resolve(file)), { recursive: true })
+  await writeFile(file, `${JSON.stringify(buildOpenApiDocument(), null, 2)}\n`)
+  process.stderr.write(`wrote the OpenAPI document to ${file}\n`)
   return 0
 }
 

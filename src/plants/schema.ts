@@ -1,4 +1,5 @@
 import * as v from 'valibot'
+import { hinted } from '../json-schema-hints.ts'
 
 /** The int64 range of `plants.id`. */
 export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const
@@ -10,7 +11,7 @@ const idRangeMessage = `must be an integer from ${idRange.min} to ${idRange.max}
 
 /** A plant id: the body parser hands integer literals over as `bigint`, so nothing is rounded. */
 export const PlantId = v.pipe(
-  v.bigint('must be an integer'),
+  hinted(v.bigint('must be an integer'), { type: 'integer', format: 'int64' }),
   v.minValue(idRange.min, idRangeMessage),
   v.maxValue(idRange.max, idRangeMessage),
 )
@@ -43,35 +44,61 @@ function isWellFormed(s: string): boolean {
   return true
 }
 
-/** A text member: 1 to `max` code points, well-formed Unicode, no U+0000. */
+/**
+ * A text member: 1 to `max` code points, well-formed Unicode, no U+0000. (JSON Schema's
+ * minLength and maxLength count code points too.)
+ */
 export function text(max: number) {
   return v.pipe(
     v.string('must be a string'),
-    v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'),
-    v.check((s) => !s.includes('\u0000'), 'must not contain U+0000'),
-    v.check((s) => {
-      const n = codePoints(s)
-      return n >= 1 && n <= max
-    }, `must be 1 to ${max} characters`),
+    hinted(v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'), {}),
+    hinted(
+      v.check((s: string) => !s.includes('\u0000'), 'must not contain U+0000'),
+      { pattern: '^[^\\u0000]*$' },
+    ),
+    hinted(
+      v.check((s: string) => {
+        const n = codePoints(s)
+        return n >= 1 && n <= max
+      }, `must be 1 to ${max} characters`),
+      { minLength: 1, maxLength: max },
+    ),
   )
 }
 
 /** The body of `POST /plants`; members other than these are ignored. */
-export const NewPlant = v.object(
-  {
-    id: PlantId,
-    name: text(limits.name),
-    tag: v.optional(text(limits.tag)),
-  },
-  'must be a JSON object',
+const idDescription =
+  'Identification number of the plant, chosen by the client: an integer literal (no fraction, no exponent) in the int64 range, kept exactly (9007199254740993 is never rounded). It is also the idempotency key of the create.'
+const nameDescription =
+  'The name of the plant: 1 to 200 characters (Unicode code points), no U+0000, no lone surrogates.'
+const tagDescription =
+  'Tag that specifies the type of the plant: 1 to 100 characters (Unicode code points), no U+0000, no lone surrogates. Omitted when none was given; null is refused.'
+
+export const NewPlant = v.pipe(
+  v.object(
+    {
+      id: v.pipe(PlantId, v.description(idDescription)),
+      name: v.pipe(text(limits.name), v.description(nameDescription)),
+      tag: v.optional(v.pipe(text(limits.tag), v.description(tagDescription))),
+    },
+    'must be a JSON object',
+  ),
+  v.description(
+    'A plant to create. Members other than id, name and tag are ignored and not stored.',
+  ),
 )
 export type NewPlant = v.InferOutput<typeof NewPlant>
 
 /** The answer of `POST /plants`: the stored name and tag (no id, as in the seed). */
-export const Plant = v.object({
-  name: text(limits.name),
-  tag: v.optional(text(limits.tag)),
-})
+export const Plant = v.pipe(
+  v.strictObject({
+    name: v.pipe(text(limits.name), v.description('The name of the plant, as stored')),
+    tag: v.optional(
+      v.pipe(text(limits.tag), v.description('The tag, as stored; omitted when none')),
+    ),
+  }),
+  v.description('The plant as stored (the seed defines no id member in it).'),
+)
 export type Plant = v.InferOutput<typeof Plant>
 
 /** Validates a parsed body; the message names each offending member and why. */

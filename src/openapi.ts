@@ -1,0 +1,250 @@
+import { toJsonSchema } from '@valibot/to-json-schema'
+import * as v from 'valibot'
+import { type ErrorCode, errorTable, retryAfterSeconds } from './errors.ts'
+import { maxBodyBytes } from './http/body.ts'
+import { timeLimits } from './http/server.ts'
+import { hinted, jsonSchemaHints } from './json-schema-hints.ts'
+import { NewPlant, Plant } from './plants/schema.ts'
+
+const codes = Object.keys(errorTable).map(Number) as ErrorCode[]
+
+/** The Error body of every failure, as a Valibot schema so that it is documented like the rest. */
+export const ErrorBody = v.pipe(
+  v.strictObject({
+    error: v.pipe(
+      hinted(v.picklist(codes), { type: 'integer', format: 'int32' }),
+      v.description('Stable numeric error code; its first three digits are the HTTP status'),
+    ),
+    message: v.pipe(
+      v.string(),
+      v.description('What went wrong, for a person; never a stack trace, SQL or the token'),
+    ),
+  }),
+  v.description('The body of every error response'),
+)
+
+function schemaOf(schema: v.GenericSchema): Record<string, unknown> {
+  const json = toJsonSchema(schema, {
+    target: 'draft-2020-12',
+    errorMode: 'throw',
+    overrideSchema: ({ valibotSchema, jsonSchema }) => {
+      const hint = jsonSchemaHints.get(valibotSchema)
+      return hint ? { ...jsonSchema, ...hint } : undefined
+    },
+    overrideAction: ({ valibotAction, jsonSchema }) => {
+      const hint = jsonSchemaHints.get(valibotAction)
+      if (hint) return { ...jsonSchema, ...hint }
+      // The int64 bounds are implied by format: int64; as JSON numbers they would round.
+      if (valibotAction.type === 'min_value' || valibotAction.type === 'max_value')
+        return jsonSchema
+      return undefined
+    },
+  }) as Record<string, unknown>
+  delete json.$schema
+  return json
+}
+
+function codesOf(status: number): ErrorCode[] {
+  return codes.filter((code) => errorTable[code].status === status)
+}
+
+function codeTable(list: readonly ErrorCode[]): string {
+  return [
+    '| error | when |',
+    '|---|---|',
+    ...list.map((c) => `| ${c} | ${errorTable[c].when} |`),
+  ].join('\n')
+}
+
+function errorResponse(status: number, summary: string, headers: Record<string, unknown> = {}) {
+  const list = codesOf(status)
+  return {
+    description: `${summary}\n\n${codeTable(list)}`,
+    headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' }, ...headers },
+    content: {
+      'application/json': {
+        schema: {
+          $ref: '#/components/schemas/Error',
+          properties: { error: { enum: list } },
+        },
+        examples: Object.fromEntries(
+          list.map((c) => [String(c), { value: { error: c, message: errorTable[c].when } }]),
+        ),
+      },
+    },
+  }
+}
+
+function okResponse(description: string, schema: Record<string, unknown>) {
+  return {
+    description,
+    headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
+    content: { 'application/json': { schema } },
+  }
+}
+
+const statusSchema = (value: string) => ({
+  type: 'object',
+  required: ['status'],
+  additionalProperties: false,
+  properties: { status: { const: value } },
+})
+
+function probe(summary: string, description: string, ok: Record<string, unknown>, extra = {}) {
+  return {
+    get: {
+      summary,
+      description: `${description} No credentials needed. HEAD is answered like GET, without a body.`,
+      security: [],
+      responses: { '200': ok, ...extra },
+    },
+  }
+}
+
+/**
+ * The OpenAPI 3.1 document of the contract, built from the Valibot schemas the service validates
+ * with and from the error table the responses use, so that neither can drift from the code.
+ */
+export function buildOpenApiDocument(): Record<string, unknown> {
+  const unauthorised = errorResponse(401, 'No valid credentials.', {
+    'WWW-Authenticate': {
+      description:
+        '`Bearer realm="plants"`, with `error="invalid_token"` for 40102 (unknown or revoked token)',
+      schema: { type: 'string' },
+    },
+  })
+  const badRequest = errorResponse(400, 'The request is refused; nothing is stored.', {
+    'WWW-Authenticate': {
+      description: 'Only with 40010: `Bearer realm="plants", error="invalid_request"`',
+      schema: { type: 'string' },
+    },
+  })
+  const unavailable = errorResponse(503, 'The database is unreachable or did not answer in time.', {
+    'Retry-After': {
+      description: `Seconds to wait before trying again (${retryAfterSeconds})`,
+      schema: { type: 'integer' },
+    },
+  })
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Plant store',
+      version: '1.0.0',
+      summary: 'A sample plant store interface: create plants.',
+      description: [
+        'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
+        '',
+        "Every response carries `X-Request-Id`: the client's own value when it is 1 to 128 characters of `[A-Za-z0-9._-]`, otherwise a generated one. The same id is in the log line of the request.",
+        '',
+        'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
+        '',
+        `Time limits: request headers ${timeLimits.headers / 1000} s, whole request ${timeLimits.request / 1000} s, idle keep-alive ${timeLimits.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes.`,
+        '',
+        '## Error codes',
+        '',
+        codeTable(codes),
+      ].join('\n'),
+    },
+    servers: [
+      {
+        url: '{base_url}',
+        variables: {
+          base_url: { default: 'http://127.0.0.1:8080', description: 'Where the service runs' },
+        },
+      },
+    ],
+    security: [{ bearerAuth: [] }],
+    paths: {
+      '/plants': {
+        post: {
+          operationId: 'createPlant',
+          summary: 'Create a plant',
+          description: [
+            'Creates a new plant in the store. The 200 is sent only after the row is committed.',
+            '',
+            '**Idempotent retries.** The id is chosen by the client and is the idempotency key: if a plant with that id exists with the same name and tag (both without a tag counts as the same), the request is a retry and is answered 200 with that plant, changing nothing. If it exists with a different name or tag, the answer is 400 / 40009. Of concurrent creates of one id with different contents exactly one gets 200; all others get 40009.',
+            '',
+            `**Limits.** Body at most ${maxBodyBytes} bytes (16 KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
+            '',
+            '**Order of checks.** path, method, credentials, content type, size, JSON, NewPlant, store. A request without valid credentials never has its body read.',
+          ].join('\n'),
+          parameters: [{ $ref: '#/components/parameters/X-Request-Id' }],
+          requestBody: {
+            required: true,
+            description: `A NewPlant object, at most ${maxBodyBytes} bytes of UTF-8 JSON.`,
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/NewPlant' } } },
+          },
+          responses: {
+            '200': okResponse(
+              'The plant response: the stored plant (also for an idempotent retry)',
+              {
+                $ref: '#/components/schemas/Plant',
+              },
+            ),
+            '400': badRequest,
+            '401': unauthorised,
+            '500': errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
+            '503': unavailable,
+          },
+        },
+      },
+      '/healthz': probe(
+        'Liveness',
+        'Answers 200 while the process runs; the database is not consulted.',
+        okResponse('The process runs', statusSchema('ok')),
+      ),
+      '/readyz': probe(
+        'Readiness',
+        'Answers 200 when the database answers and its schema is current, 503 otherwise.',
+        okResponse('Ready to serve', statusSchema('ready')),
+        { '503': unavailable },
+      ),
+      '/openapi.json': probe(
+        'This document',
+        'The OpenAPI 3.1 document of the service.',
+        okResponse('The OpenAPI document', { type: 'object' }),
+      ),
+    },
+    components: {
+      securitySchemes: {
+        bearerAuth: {
+          type: 'http',
+          scheme: 'bearer',
+          description:
+            'RFC 6750 bearer token (`pst_` and 43 base64url characters), issued with `npm run token -- create NAME`. The scheme name is case-insensitive; one space separates it from the token.',
+        },
+      },
+      schemas: {
+        NewPlant: schemaOf(NewPlant),
+        Plant: schemaOf(Plant),
+        Error: schemaOf(ErrorBody),
+      },
+      parameters: {
+        'X-Request-Id': {
+          name: 'X-Request-Id',
+          in: 'header',
+          required: false,
+          description:
+            'Your id for this request, echoed back and logged; otherwise one is generated',
+          schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+        },
+      },
+      headers: {
+        'X-Request-Id': {
+          description: 'The id of this request, as in its log line',
+          schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+        },
+        Allow: {
+          description: 'The methods the path has, with 405',
+          schema: { type: 'string' },
+        },
+      },
+      responses: {
+        NotFound: errorResponse(404, 'No such path (any path not listed here).'),
+        MethodNotAllowed: errorResponse(405, 'The path exists, the method does not.', {
+          Allow: { $ref: '#/components/headers/Allow' },
+        }),
+      },
+    },
+  }
+}

@@ -1,0 +1,155 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { Validator } from '@seriousme/openapi-schema-validator'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import { migrate } from '../src/db/migrate.ts'
+import { errorTable } from '../src/errors.ts'
+import { quietLog } from './helpers/database.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+
+const s = await startTestServer({ after })
+const served = await fetch(`${s.base}/openapi.json`)
+const doc = (await served.json()) as {
+  openapi: string
+  paths: Record<string, Record<string, { responses: Record<string, unknown> }>>
+  components: Record<string, unknown>
+}
+
+const ajv = new Ajv2020({ strict: false, allErrors: true })
+ajv.addFormat('int32', {
+  type: 'number',
+  validate: (n: number) => Number.isInteger(n) && Math.abs(n) <= 2 ** 31,
+})
+ajv.addFormat('int64', { type: 'number', validate: (n: number) => Number.isInteger(n) })
+ajv.addSchema(doc, 'openapi.json')
+
+const pointer = (...parts: string[]) =>
+  parts.map((p) => p.replaceAll('~', '~0').replaceAll('/', '~1')).join('/')
+
+/** Checks a real response against the document: status, Error or success schema, headers. */
+async function conforms(res: Response, path: string, method: string): Promise<number | undefined> {
+  const status = String(res.status)
+  const operation = doc.paths[path]?.[method]
+  const declared = operation?.responses[status] !== undefined
+  const base = declared
+    ? `openapi.json#/paths/${pointer(path)}/${method}/responses/${status}`
+    : `openapi.json#/components/responses/${res.status === 404 ? 'NotFound' : 'MethodNotAllowed'}`
+  const body = method === 'head' ? undefined : await res.json()
+  assert.ok(
+    declared || res.status === 404 || res.status === 405,
+    `${method} ${path}: ${status} is not documented`,
+  )
+  assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
+  assert.ok(res.headers.get('x-request-id'))
+  const validate = ajv.getSchema(`${base}/content/application~1json/schema`)
+  assert.ok(validate, `no schema at ${base}`)
+  if (body !== undefined)
+    assert.ok(
+      validate(body),
+      `${method} ${path} ${status}: ${JSON.stringify(body)} ${ajv.errorsText(validate.errors)}`,
+    )
+  return (body as { error?: number } | undefined)?.error
+}
+
+describe('the OpenAPI document at GET /openapi.json', () => {
+  test('is a valid OpenAPI 3.1 document (independent validator)', async () => {
+    assert.equal(served.status, 200)
+    assert.equal(doc.openapi, '3.1.0')
+    const result = await new Validator().validate(doc as never)
+    assert.equal(result.valid, true, JSON.stringify(result.errors))
+  })
+
+  test('states every error code of the table with its status', () => {
+    const text = JSON.stringify(doc)
+    for (const [code, { status }] of Object.entries(errorTable)) {
+      assert.ok(
+        text.includes(`"error":${code}`) || text.includes(`| ${code} |`),
+        `code ${code} is missing`,
+      )
+      const mentions =
+        JSON.stringify(doc.paths).includes(`${code}`) ||
+        JSON.stringify(doc.components).includes(`${code}`)
+      assert.ok(mentions, `code ${code} (${status}) is not in any response`)
+    }
+  })
+
+  test('renders the int64 id as integer/int64, the lengths, the 16 KiB limit, the headers and bearer security', () => {
+    const d = doc as unknown as {
+      components: {
+        schemas: Record<
+          string,
+          { properties: Record<string, Record<string, unknown>>; required: string[] }
+        >
+        securitySchemes: Record<string, unknown>
+      }
+      security: unknown
+    }
+    const np = d.components.schemas.NewPlant
+    assert.deepEqual([np?.properties.id?.type, np?.properties.id?.format], ['integer', 'int64'])
+    assert.deepEqual([np?.properties.name?.minLength, np?.properties.name?.maxLength], [1, 200])
+    assert.deepEqual([np?.properties.tag?.minLength, np?.properties.tag?.maxLength], [1, 100])
+    assert.deepEqual(np?.required, ['id', 'name'])
+    assert.deepEqual(d.security, [{ bearerAuth: [] }])
+    assert.deepEqual(d.components.securitySchemes.bearerAuth, {
+      ...(d.components.securitySchemes.bearerAuth as object),
+      type: 'http',
+      scheme: 'bearer',
+    })
+    const text = JSON.stringify(doc)
+    for (const needle of [
+      '16384 bytes',
+      'WWW-Authenticate',
+      'Retry-After',
+      'X-Request-Id',
+      'Allow',
+      'idempotency key',
+      '/healthz',
+      '/readyz',
+      '/openapi.json',
+    ]) {
+      assert.ok(text.includes(needle), `${needle} is missing`)
+    }
+  })
+
+  test('real responses of POST /plants, success and every error, validate against the document', async () => {
+    const seen = new Set<number>()
+    const check = async (res: Response) => {
+      const code = await conforms(res, '/plants', 'post')
+      if (code !== undefined) seen.add(code)
+    }
+    const id = uniqueId()
+    await check(await s.post({ id, name: 'Doc', tag: 'd' }))
+    await check(await s.post({ id, name: 'Doc', tag: 'd' }))
+    await check(await s.post({ id, name: 'Other' }))
+    await check(await s.post(''))
+    await check(
+      await s.post({ id: uniqueId(), name: 'x' }, { headers: { 'content-type': 'text/plain' } }),
+    )
+    await check(await s.post(`{"id":1,"name":"${'x'.repeat(17000)}"}`))
+    await check(await s.post('{"id":'))
+    await check(await s.post('{"id":1.5,"name":""}'))
+    await check(await s.post({ id: uniqueId(), name: 'x' }, { token: 'a b' }))
+    const none = await fetch(`${s.base}/plants`, { method: 'POST', body: '{}' })
+    await check(none)
+    await check(await s.post({ id: uniqueId(), name: 'x' }, { token: 'pst_nope' }))
+    await s.db.sql.unsafe(`
+      create function explode() returns trigger language plpgsql as $$ begin raise exception 'boom'; end $$;
+      create trigger explode before insert on plants for each row when (new.name = 'explode') execute function explode();`)
+    await check(await s.post({ id: uniqueId(), name: 'explode' }))
+    assert.deepEqual(
+      [...seen].sort(),
+      [40001, 40002, 40003, 40004, 40005, 40009, 40010, 40101, 40102, 50001],
+    )
+  })
+
+  test('real responses of the other paths validate against the document, 404, 405 and 503 included', async () => {
+    await conforms(await fetch(`${s.base}/healthz`), '/healthz', 'get')
+    await conforms(await fetch(`${s.base}/readyz`), '/readyz', 'get')
+    await conforms(await fetch(`${s.base}/openapi.json`), '/openapi.json', 'get')
+    assert.equal(await conforms(await fetch(`${s.base}/nowhere`), '/nowhere', 'get'), 40401)
+    assert.equal(await conforms(await fetch(`${s.base}/plants`), '/plants', 'get'), 40501)
+    await migrate(s.db.url, quietLog, 'down', 1)
+    after(() => migrate(s.db.url, quietLog))
+    assert.equal(await conforms(await fetch(`${s.base}/readyz`), '/readyz', 'get'), 50301)
+  })
+})
