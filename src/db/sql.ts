@@ -25,6 +25,7 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     connection: {
       application_name: options.applicationName ?? 'plant-store',
       statement_timeout: databaseLimits.statement,
+      plan_cache_mode: 'force_custom_plan',
     },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
   })
