@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { createSql } from '../src/db/sql.ts'
+import { DatabaseUnavailable } from '../src/db/unavailable.ts'
+import {
+  type CreateOutcome,
+  createPlantRepository,
+  type PlantStore,
+} from '../src/plants/repository.ts'
+import type { NewPlant } from '../src/plants/schema.ts'
+import { createTestDatabase, quietLog, type TestDatabase } from './helpers/database.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+import { startTcpProxy } from './helpers/tcp-proxy.ts'
+
+const db = await createTestDatabase({ after })
+
+function storeOn(url: string, limits?: Parameters<typeof createPlantRepository>[1]): PlantStore {
+  const sql = createSql(url, quietLog)
+  after(() => sql.end({ timeout: 1 }))
+  return createPlantRepository(sql, limits)
+}
+
+const plant = (id: bigint, name: string, tag?: string): NewPlant =>
+  tag === undefined ? { id, name } : { id, name, tag }
+
+/** Calls create for every plant in one tick, so that they are queued, and sent, together. */
+async function together(
+  store: PlantStore,
+  plants: NewPlant[],
+): Promise<PromiseSettledResult<CreateOutcome>[]> {
+  const pending = plants.map((p) => store.create(p, 'batch-test'))
+  assert.equal(store.load().queued, plants.length, 'queued together')
+  return Promise.allSettled(pending)
+}
+
+async function transactionsOf(d: TestDatabase, ids: bigint[]): Promise<number> {
+  const rows =
+    await d.sql`select distinct xmin::text from plants where id = any(${ids.map(String)}::int8[])`
+  return rows.length
+}
+
+const summary = (r: PromiseSettledResult<CreateOutcome>) =>
+  r.status === 'rejected' ? 'rejected' : r.value.kind === 'failure' ? r.value.code : r.value.kind
+
+describe('batched creates: one statement, each request its own outcome', () => {
+  const store = storeOn(db.url)
+
+  test('creates queued together are stored by one transaction, each answered created', async () => {
+    const ids = Array.from({ length: 20 }, () => BigInt(uniqueId()))
+    const results = await together(
+      store,
+      ids.map((id, i) => plant(id, `plant ${i}`, i % 2 ? 'odd' : undefined)),
+    )
+    assert.deepEqual(results.map(summary), Array(20).fill('created'))
+    assert.equal(await transactionsOf(db, ids), 1)
+    const rows = await db.sql`select name, tag from plants where id = ${String(ids[1])}::int8`
+    assert.deepEqual({ ...rows[0] }, { name: 'plant 1', tag: 'odd' })
+  })
+
+  test('duplicates within one batch: the first is created, an identical one is a retry, a different one 40009', async () => {
+    const id = BigInt(uniqueId())
+    const results = await together(store, [
+      plant(id, 'Fern', 'f'),
+      plant(id, 'Fern', 'f'),
+      plant(id, 'Moss'),
+      plant(id, 'Fern', 'f'),
+    ])
+    assert.deepEqual(results.map(summary), ['created', 'retry', 40009, 'retry'])
+    const rows = await db.sql`select name, tag from plants where id = ${String(id)}::int8`
+    assert.deepEqual(
+      rows.map((r) => ({ ...r })),
+      [{ name: 'Fern', tag: 'f' }],
+    )
+  })
+
+  test('a retry and a conflict of stored plants in the same batch as new ones', async () => {
+    const [a, b, c] = [BigInt(uniqueId()), BigInt(uniqueId()), BigInt(uniqueId())]
+    await together(store, [plant(a, 'Aloe'), plant(b, 'Basil', 'herb')])
+    const results = await together(store, [
+      plant(a, 'Aloe'),
+      plant(b, 'Basil', 'spice'),
+      plant(c, 'Cactus'),
+    ])
+    assert.deepEqual(results.map(summary), ['retry', 40009, 'created'])
+    const ok = results[0]
+    assert.ok(ok?.status === 'fulfilled' && ok.value.kind === 'retry')
+    assert.deepEqual(ok.value.plant, { name: 'Aloe' })
+    const conflict = results[1]
+    assert.ok(conflict?.status === 'fulfilled' && conflict.value.kind === 'failure')
+    assert.ok(conflict.value.message.includes(String(b)))
+  })
+
+  test('a database error on one row of a batch fails only that create; the others are stored', async () => {
+    const d = await createTestDatabase({ after })
+    await d.sql.unsafe(`
+      create function refuse() returns trigger language plpgsql as $$ begin raise exception 'refused'; end $$;
+      create trigger refuse before insert on plants for each row when (new.name = 'bad') execute function refuse();`)
+    const s = storeOn(d.url)
+    const ids = [BigInt(uniqueId()), BigInt(uniqueId()), BigInt(uniqueId())]
+    const results = await together(s, [
+      plant(ids[0] ?? 0n, 'good'),
+      plant(ids[1] ?? 0n, 'bad'),
+      plant(ids[2] ?? 0n, 'also good'),
+    ])
+    assert.deepEqual(results.map(summary), ['created', 'rejected', 'created'])
+    const rejected = results[1]
+    assert.ok(
+      rejected?.status === 'rejected' && !(rejected.reason instanceof DatabaseUnavailable),
+      'a fault, not unavailability',
+    )
+    const rows = await d.sql`select name from plants order by name`
+    assert.deepEqual(
+      rows.map((r) => r.name),
+      ['also good', 'good'],
+    )
+  })
+
+  test('over the queue limit a create is refused at once as unavailable', async () => {
+    const s = storeOn(db.url, { maxBatch: 10, maxInFlight: 1, maxQueued: 3 })
+    const pending = [1, 2, 3].map(() => s.create(plant(BigInt(uniqueId()), 'queued'), 'batch-test'))
+    await assert.rejects(
+      s.create(plant(BigInt(uniqueId()), 'one too many'), 'batch-test'),
+      DatabaseUnavailable,
+    )
+    assert.deepEqual(
+      (await Promise.all(pending)).map((o) => o.kind),
+      ['created', 'created', 'created'],
+    )
+  })
+})
+
+describe('a batch cut by a lost connection', () => {
+  test('every request in it gets 503, and its rows are all there or none is; a retry then gets 200', async () => {
+    const d = await createTestDatabase({ after })
+    const proxy = await startTcpProxy(d.url)
+    after(() => proxy.close())
+    const s = await startTestServer({ after }, { db: d, connectTo: () => proxy.url })
+    const ids = Array.from({ length: 8 }, () => uniqueId())
+    let responses: Response[] = []
+    await d.sql.begin(async (tx) => {
+      // The lock holds the batch in flight; the proxy then drops its connection.
+      await tx`lock table plants in share row exclusive mode`
+      const sent = ids.map((id) => s.post({ id, name: `cut ${id}` }))
+      await new Promise((r) => setTimeout(r, 300))
+      await proxy.cut()
+      responses = await Promise.all(sent)
+    })
+    assert.deepEqual(
+      responses.map((r) => r.status),
+      Array(8).fill(503),
+    )
+    for (const r of responses) assert.equal(r.headers.get('retry-after'), '1')
+    // The server may still have committed the statement after the client was gone: all or none.
+    await new Promise((r) => setTimeout(r, 300))
+    const stored =
+      await d.sql`select id::text, name from plants where id = any(${ids.map(String)}::int8[])`
+    assert.ok(
+      stored.length === 0 || stored.length === ids.length,
+      `${stored.length} of ${ids.length} rows`,
+    )
+    for (const row of stored) assert.equal(row.name, `cut ${row.id}`)
+
+    await proxy.restore()
+    for (const id of ids) {
+      let status = 0
+      for (let i = 0; i < 50 && status !== 200; i++) {
+        status = (await s.post({ id, name: `cut ${id}` })).status
+        if (status !== 200) await new Promise((r) => setTimeout(r, 100))
+      }
+      assert.equal(status, 200)
+    }
+    assert.equal(
+      (await d.sql`select 1 from plants where id = any(${ids.map(String)}::int8[])`).length,
+      ids.length,
+    )
+  })
+})
