@@ -32,3 +32,32 @@ export function createLog(level: LogLevel, write: (line: string) => void): Log {
     enabled,
   })
 }
+
+/**
+ * Coalesces the lines written during one turn of the event loop into one write: under load, one
+ * system call for many request lines. Call the returned `flush` before the process exits.
+ */
+export function coalescedWriter(write: (chunk: string) => void): {
+  write: (line: string) => void
+  flush: () => void
+} {
+  let pending = ''
+  let scheduled = false
+  const flush = () => {
+    scheduled = false
+    if (pending === '') return
+    const chunk = pending
+    pending = ''
+    write(chunk)
+  }
+  return {
+    write(line) {
+      pending += line
+      if (!scheduled) {
+        scheduled = true
+        setImmediate(flush)
+      }
+    },
+    flush,
+  }
+}

@@ -6,7 +6,7 @@ import { type Config, ConfigError, parseConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql } from './db/sql.ts'
-import { createLog, type Log } from './log.ts'
+import { coalescedWriter, createLog, type Log } from './log.ts'
 import { buildOpenApiDocument } from './openapi.ts'
 import { startService } from './service.ts'
 
@@ -38,7 +38,9 @@ async function main(argv: readonly string[]): Promise<number> {
 }
 
 async function serve(config: Config): Promise<number> {
-  const log = createLog(config.logLevel, (line) => process.stdout.write(line))
+  const out = coalescedWriter((chunk) => process.stdout.write(chunk))
+  process.on('exit', out.flush)
+  const log = createLog(config.logLevel, out.write)
   let stopping: ((signal: string) => void) | undefined
   const stopped = new Promise<string>((resolve) => {
     stopping = resolve
