@@ -44,6 +44,8 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult & { nextId: bi
   let errors = 0
   const perSecond: number[] = Array.from({ length: Math.ceil(o.seconds) }, () => 0)
 
+  const headerEnd = Buffer.from('\r\n\r\n')
+  const lengthHeader = Buffer.from('content-length: ')
   function request(): Buffer {
     const body = `{"id":${nextId++},"name":"bench plant","tag":"bench"}`
     return Buffer.from(`${head}${body.length}\r\n\r\n${body}`)
@@ -65,13 +67,18 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult & { nextId: bi
       socket.on('data', (chunk: Buffer) => {
         buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
         for (;;) {
-          const end = buffer.indexOf('\r\n\r\n')
+          const end = buffer.indexOf(headerEnd)
           if (end === -1) return
-          const headers = buffer.subarray(0, end).toString('latin1')
-          const match = /content-length: *(\d+)/i.exec(headers)
-          const length = match ? Number(match[1]) : 0
+          // The service always sends a lowercase content-length header.
+          const at = buffer.indexOf(lengthHeader)
+          let length = 0
+          for (let i = at + lengthHeader.length; at !== -1 && i < end; i++) {
+            const c = buffer[i] ?? 0
+            if (c < 0x30 || c > 0x39) break
+            length = length * 10 + c - 0x30
+          }
           if (buffer.length < end + 4 + length) return
-          const status = Number(headers.slice(9, 12))
+          const status = ((buffer[9] ?? 0) - 0x30) * 100 + ((buffer[10] ?? 0) - 0x30) * 10 + (buffer[11] ?? 0) - 0x30
           buffer = buffer.subarray(end + 4 + length)
           const now = performance.now()
           if (status === 200) totalOk++
