@@ -39,7 +39,10 @@ export function createPlantHandler({
     const valid = validateNewPlant(parsed.value)
     if (!valid.ok) return failure(40005, valid.message)
 
-    const outcome = await withDeadline(store.create(valid.plant, tokenName), databaseDeadlineMs)
+    const outcome = await withDeadline(
+      store.create(valid.plant, tokenName, performance.now() + databaseDeadlineMs),
+      databaseDeadlineMs,
+    )
     return outcome.kind === 'failure' ? outcome : reply(outcome.plant)
   }
 }

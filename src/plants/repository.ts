@@ -8,8 +8,16 @@ export type CreateOutcome = { kind: 'created' | 'retry'; plant: Plant } | Failur
 
 /** What the HTTP layer needs of plant storage. */
 export type PlantStore = {
-  /** Stores the plant, or recognises a retry; resolves only after the commit. */
-  readonly create: (plant: NewPlant, createdBy: string) => Promise<CreateOutcome>
+  /**
+   * Stores the plant, or recognises a retry; resolves only after the commit. A create still
+   * waiting for a statement at `expiresAt` (a `performance.now()` time) is dropped, unsent, as
+   * unavailable: its request has been answered 503 by then.
+   */
+  readonly create: (
+    plant: NewPlant,
+    createdBy: string,
+    expiresAt?: number,
+  ) => Promise<CreateOutcome>
   /** Creates waiting for a statement, and statements in flight. */
   readonly load: () => { queued: number; inFlight: number }
 }
@@ -30,6 +38,7 @@ type Stored = { name: string; tag: string | null }
 type Pending = {
   readonly plant: NewPlant
   readonly createdBy: string
+  readonly expiresAt: number
   readonly resolve: (outcome: CreateOutcome) => void
   readonly reject: (err: unknown) => void
 }
@@ -59,85 +68,55 @@ export function createPlantRepository(
   let inFlight = 0
   let scheduled = false
 
-  // One statement per create: the fallback when a batch fails for a reason other than
-  // availability, so that one bad row does not fail the others.
-  async function storeOne(plant: NewPlant, createdBy: string): Promise<CreateOutcome> {
-    const id = plant.id.toString()
-    const tag = plant.tag ?? null
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const [row] = await sql<(Stored & { created: boolean })[]>`
-        with inserted as (
-          insert into plants (id, name, tag, created_by)
-          values (${id}::int8, ${plant.name}, ${tag}, ${createdBy})
-          on conflict (id) do nothing
-          returning name, tag
-        )
-        select true as created, name, tag from inserted
-        union all
-        select false, name, tag from plants
-        where id = ${id}::int8 and not exists (select from inserted)`
-      if (row?.created) return { kind: 'created', plant: toPlant(row) }
-      if (row) return decideExisting(plant, row)
-      // Inserted by a transaction that committed after this statement's snapshot: read it anew.
-      const [winner] = await sql<Stored[]>`select name, tag from plants where id = ${id}::int8`
-      if (winner) return decideExisting(plant, winner)
-    }
-    throw new Error(`id ${id}: neither inserted nor found after 3 attempts`)
-  }
-
+  // Inserts the first create of each id in one statement; the ids that were not inserted are
+  // then read in a second statement, whose fresh snapshot also sees rows that concurrent
+  // transactions committed while the insert waited for them. Later creates of an id in the same
+  // batch are decided against what the id ends up holding: retry or 40009.
   async function storeBatch(batch: readonly Pending[]): Promise<CreateOutcome[]> {
-    // Only the first create of an id goes into the statement; later ones in the same batch are
-    // decided against what that id ends up holding.
     const first = new Map<string, Pending>()
     for (const p of batch) {
       const key = p.plant.id.toString()
       if (!first.has(key)) first.set(key, p)
     }
     const unique = [...first.values()]
-    const rows = await sql<(Stored & { id: string; created: boolean })[]>`
-      with input as (
-        select * from unnest(
-          ${unique.map((p) => p.plant.id.toString())}::int8[],
-          ${unique.map((p) => p.plant.name)}::text[],
-          ${unique.map((p) => p.plant.tag ?? null)}::text[],
-          ${unique.map((p) => p.createdBy)}::text[]
-        ) as t(id, name, tag, created_by)
-      ),
-      inserted as (
-        insert into plants (id, name, tag, created_by)
-        select id, name, tag, created_by from input
-        on conflict (id) do nothing
-        returning id
+    const inserted = await sql<{ id: string }[]>`
+      insert into plants (id, name, tag, created_by)
+      select * from unnest(
+        ${unique.map((p) => p.plant.id.toString())}::int8[],
+        ${unique.map((p) => p.plant.name)}::text[],
+        ${unique.map((p) => p.plant.tag ?? null)}::text[],
+        ${unique.map((p) => p.createdBy)}::text[]
       )
-      select id::text, true as created, null as name, null as tag from inserted
-      union all
-      select id::text, false, name, tag from plants where id in (select id from input)`
+      on conflict (id) do nothing
+      returning id::text`
+    const created = new Set(inserted.map((r) => r.id))
     const stored = new Map<string, Stored>()
-    const created = new Set<string>()
-    for (const row of rows) {
-      if (row.created) {
-        created.add(row.id)
-        const p = first.get(row.id)
-        if (p) stored.set(row.id, { name: p.plant.name, tag: p.plant.tag ?? null })
-      } else stored.set(row.id, { name: row.name, tag: row.tag })
+    for (const [key, p] of first) {
+      if (created.has(key)) stored.set(key, { name: p.plant.name, tag: p.plant.tag ?? null })
     }
-    // Ids inserted by transactions that committed after the statement's snapshot.
-    const unseen = [...first.keys()].filter((key) => !stored.has(key))
-    if (unseen.length > 0) {
-      const winners = await sql<(Stored & { id: string })[]>`
-        select id::text, name, tag from plants where id = any(${unseen}::int8[])`
-      for (const w of winners) stored.set(w.id, { name: w.name, tag: w.tag })
+    const existing = [...first.keys()].filter((key) => !created.has(key))
+    if (existing.length > 0) {
+      const rows = await sql<(Stored & { id: string })[]>`
+        select id::text, name, tag from plants where id = any(${existing}::int8[])`
+      for (const row of rows) stored.set(row.id, { name: row.name, tag: row.tag })
     }
     return Promise.all(
-      batch.map((p) => {
+      batch.map(async (p) => {
         const key = p.plant.id.toString()
         const row = stored.get(key)
-        if (row === undefined) return storeOne(p.plant, p.createdBy)
+        // Neither inserted nor found: deleted in between; try that create again on its own.
+        if (row === undefined) return storeAlone(p)
         if (created.has(key) && first.get(key) === p)
           return { kind: 'created' as const, plant: toPlant(row) }
         return decideExisting(p.plant, row)
       }),
     )
+  }
+
+  async function storeAlone(p: Pending): Promise<CreateOutcome> {
+    const [outcome] = await storeBatch([p])
+    if (outcome === undefined) throw new Error('a create got no outcome')
+    return outcome
   }
 
   async function run(batch: Pending[]): Promise<void> {
@@ -149,18 +128,24 @@ export function createPlantRepository(
         else p.reject(new Error('a create got no outcome'))
       })
     } catch (err) {
-      // A lost connection or a timeout fails the whole statement, and so every create in it:
-      // none of its rows was committed. Anything else is retried one create at a time.
+      // A lost connection or a timeout answers every create of the batch 503: its insert is one
+      // transaction, so all its rows or none are stored, and a retry is safe either way.
+      // Any other error is retried one create at a time, so one bad row fails only itself.
       if (isUnavailable(err) || batch.length === 1) {
         for (const p of batch) p.reject(err)
         return
       }
-      await Promise.all(batch.map((p) => storeOne(p.plant, p.createdBy).then(p.resolve, p.reject)))
+      await Promise.all(batch.map((p) => storeAlone(p).then(p.resolve, p.reject)))
     }
   }
 
   function flush(): void {
     scheduled = false
+    // Creates wait in arrival order with one deadline length, so the expired ones lead the queue.
+    const now = performance.now()
+    while (queue.length > 0 && (queue[0]?.expiresAt ?? now) < now) {
+      queue.shift()?.reject(new DatabaseUnavailable('gave up waiting for a database statement'))
+    }
     while (inFlight < limits.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, limits.maxBatch)
       inFlight++
@@ -179,14 +164,18 @@ export function createPlantRepository(
     }
   }
 
-  function create(plant: NewPlant, createdBy: string): Promise<CreateOutcome> {
+  function create(
+    plant: NewPlant,
+    createdBy: string,
+    expiresAt = Number.POSITIVE_INFINITY,
+  ): Promise<CreateOutcome> {
     if (queue.length >= limits.maxQueued) {
       return Promise.reject(
         new DatabaseUnavailable(`more than ${limits.maxQueued} creates are waiting`),
       )
     }
     return new Promise<CreateOutcome>((resolve, reject) => {
-      queue.push({ plant, createdBy, resolve, reject })
+      queue.push({ plant, createdBy, expiresAt, resolve, reject })
       schedule()
     }).catch(translateUnavailable)
   }
