@@ -1,6 +1,6 @@
 // Runs the test suite against a real PostgreSQL, chosen in this order: TEST_DATABASE_URL if set;
 // a Testcontainers PostgreSQL when a container runtime answers; otherwise an embedded PostgreSQL
-// in a temporary folder. Usage: tsx test/run.ts [test files...]
+// in a temporary folder. Usage: tsx test/run.ts [test files or folders...]
 import { spawn } from 'node:child_process'
 import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -67,7 +67,13 @@ async function acquire(): Promise<Database> {
   return (await fromContainer()) ?? (await fromEmbedded())
 }
 
-const files = process.argv.length > 2 ? process.argv.slice(2) : await testFiles(join(root, 'test'))
+// Arguments are test files or folders of them; none means every test under test/.
+const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test']
+const files: string[] = []
+for (const target of targets) {
+  if (target.endsWith('.test.ts')) files.push(target)
+  else files.push(...(await testFiles(join(root, target))))
+}
 if (files.length === 0) {
   log.error('no test files found')
   process.exit(1)

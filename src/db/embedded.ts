@@ -22,6 +22,8 @@ export type EmbeddedOptions = {
   readonly shareRunning: boolean
   /** Trade crash safety of the OS for speed (tests only): no fsync. */
   readonly fast?: boolean
+  /** The TCP port; by default a free one is chosen at every start. */
+  readonly port?: number
   /** Extra server settings (`-c name=value`), e.g. `max_connections` for a benchmark. */
   readonly settings?: Readonly<Record<string, string>>
 }
@@ -124,6 +126,7 @@ export async function startEmbedded({
   log,
   shareRunning,
   fast = false,
+  port: fixedPort,
   settings = {},
 }: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const root = resolve(dir)
@@ -169,7 +172,7 @@ export async function startEmbedded({
   const password = initialised
     ? (JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }).password
     : randomBytes(24).toString('base64url')
-  const port = await freePort()
+  const port = fixedPort ?? (await freePort())
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,

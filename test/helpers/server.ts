@@ -4,7 +4,11 @@ import { createTokenCache, type TokenCache } from '../../src/auth/token-cache.ts
 import { createToken } from '../../src/auth/token-repository.ts'
 import { createSql } from '../../src/db/sql.ts'
 import { createLog } from '../../src/log.ts'
-import { createPlantRepository } from '../../src/plants/repository.ts'
+import {
+  type BatchLimits,
+  createPlantRepository,
+  type PlantStore,
+} from '../../src/plants/repository.ts'
 import { type Cleanup, createTestDatabase, type TestDatabase } from './database.ts'
 
 /** A service started inside the test process on a free port, with its own database. */
@@ -12,6 +16,7 @@ export type TestServer = {
   readonly base: string
   readonly db: TestDatabase
   readonly tokens: TokenCache
+  readonly store: PlantStore
   /** Every log line the service wrote, parsed. */
   readonly logs: Record<string, unknown>[]
   /** A valid token (named `test`). */
@@ -33,7 +38,11 @@ let counter = 0
  */
 export async function startTestServer(
   t: Cleanup,
-  { db, connectTo }: { db?: TestDatabase; connectTo?: (url: string) => string } = {},
+  {
+    db,
+    connectTo,
+    batchLimits,
+  }: { db?: TestDatabase; connectTo?: (url: string) => string; batchLimits?: BatchLimits } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
   const logs: Record<string, unknown>[] = []
@@ -41,7 +50,8 @@ export async function startTestServer(
   const sql = createSql(connectTo ? connectTo(database.url) : database.url, log)
   const tokens = createTokenCache(sql, log)
   await tokens.start()
-  const server = createApp({ sql, store: createPlantRepository(sql), tokens, log })
+  const store = createPlantRepository(sql, batchLimits)
+  const server = createApp({ sql, store, tokens, log })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.after(async () => {
     server.closeAllConnections()
@@ -63,6 +73,7 @@ export async function startTestServer(
     base,
     db: database,
     tokens,
+    store,
     logs,
     token,
     newToken,
