@@ -38,7 +38,11 @@ export async function startService(
   try {
     const db = await openDatabase(config, log, { dataDir })
     cleanups.push(db.stop)
-    await migrate(db.url, log)
+    await migrate(db.url, log).catch((err: unknown) => {
+      throw new Error(
+        `cannot use the database at ${describeDatabase(db.url)}: ${err instanceof Error ? err.message : String(err)}`,
+      )
+    })
     const sql = createSql(db.url, log)
     cleanups.push(() => sql.end({ timeout: 5 }))
     const tokens = createTokenCache(sql, log)
@@ -79,6 +83,12 @@ export async function startService(
     await release()
     throw err
   }
+}
+
+/** Where a database URL points, without its password: `host:port/database as user`. */
+export function describeDatabase(url: string): string {
+  const u = new URL(url)
+  return `${u.hostname}:${u.port || '5432'}${u.pathname} as ${decodeURIComponent(u.username) || 'the default user'}`
 }
 
 // Stop accepting; let requests in flight finish, closing each connection as it goes idle; after
