@@ -91,7 +91,9 @@ export async function startTestServer(
   }
 }
 
-/** A fresh id, unique across the suite, in the safe-integer range. */
+const idBase = Date.now() * 1000
+
+/** A fresh id, unique within this test process (each test file has a database of its own). */
 export function uniqueId(): number {
-  return Date.now() * 1000 + Math.floor(Math.random() * 1000) + ++counter
+  return idBase + ++counter
 }
