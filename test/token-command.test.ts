@@ -3,21 +3,13 @@ import { createHash } from 'node:crypto'
 import { after, describe, test } from 'node:test'
 import { runMain } from './helpers/cli.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
+import { within } from './helpers/wait.ts'
 
 const s = await startTestServer({ after })
 const env = { DATABASE_URL: s.db.url }
 
 async function statusWith(token: string): Promise<number> {
   return (await s.post({ id: uniqueId(), name: 'probe' }, { token })).status
-}
-
-async function within(ms: number, check: () => Promise<boolean>): Promise<number> {
-  const started = performance.now()
-  while (performance.now() - started < ms) {
-    if (await check()) return performance.now() - started
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`not true within ${ms} ms`)
 }
 
 describe('npm run token -- create | list | revoke', () => {

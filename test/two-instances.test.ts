@@ -3,15 +3,7 @@ import { after, describe, test } from 'node:test'
 import { runMain } from './helpers/cli.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startServiceProcess } from './helpers/process.ts'
-
-async function within(ms: number, check: () => Promise<boolean>): Promise<number> {
-  const started = performance.now()
-  while (performance.now() - started < ms) {
-    if (await check()) return performance.now() - started
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`not true within ${ms} ms`)
-}
+import { within } from './helpers/wait.ts'
 
 describe('two instances on one database', () => {
   test('start together on an empty database, refuse a duplicate id across instances, and see a revocation within 1 s', async () => {

@@ -79,7 +79,8 @@ function readPort(dataDir: string): number | undefined {
   }
 }
 
-function freePort(): Promise<number> {
+/** A TCP port on 127.0.0.1 that is free at the moment of asking. */
+export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const server = createServer()
     server.once('error', reject)
