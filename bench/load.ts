@@ -78,7 +78,11 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult & { nextId: bi
             length = length * 10 + c - 0x30
           }
           if (buffer.length < end + 4 + length) return
-          const status = ((buffer[9] ?? 0) - 0x30) * 100 + ((buffer[10] ?? 0) - 0x30) * 10 + (buffer[11] ?? 0) - 0x30
+          const status =
+            ((buffer[9] ?? 0) - 0x30) * 100 +
+            ((buffer[10] ?? 0) - 0x30) * 10 +
+            (buffer[11] ?? 0) -
+            0x30
           buffer = buffer.subarray(end + 4 + length)
           const now = performance.now()
           if (status === 200) totalOk++

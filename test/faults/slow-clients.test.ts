@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict'
+import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
-import { openSocket, readUntilClosed } from './helpers/raw-http.ts'
-import { startTestServer } from './helpers/server.ts'
+import { openSocket, readUntilClosed } from '../helpers/raw-http.ts'
+import { startTestServer, uniqueId } from '../helpers/server.ts'
 
 const s = await startTestServer({ after })
 
-describe('time limits', { concurrency: true }, () => {
+describe('slow and greedy clients', { concurrency: true }, () => {
   test('request headers that trickle in are cut off after 10 s', async () => {
     const socket = await openSocket(s.base)
     const closed = readUntilClosed(socket)
@@ -35,5 +36,51 @@ describe('time limits', { concurrency: true }, () => {
     const res = await closed
     assert.equal(res.status, 200)
     assert.ok(res.elapsedMs >= 4_500 && res.elapsedMs < 7_000, `closed after ${res.elapsedMs} ms`)
+  })
+
+  test('1,000 idle keep-alive connections do not stop normal requests', async () => {
+    const idle: Socket[] = []
+    after(() => {
+      for (const socket of idle) socket.destroy()
+    })
+    for (let i = 0; i < 1000; i++) {
+      const socket = await openSocket(s.base)
+      socket.on('error', () => {})
+      socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
+      idle.push(socket)
+    }
+    const started = performance.now()
+    const statuses = await Promise.all(
+      Array.from(
+        { length: 50 },
+        async () => (await s.post({ id: uniqueId(), name: 'busy' })).status,
+      ),
+    )
+    assert.deepEqual(statuses, Array(50).fill(200))
+    assert.ok(performance.now() - started < 3000, `took ${performance.now() - started} ms`)
+  })
+
+  test('a body far over 16 KiB is refused after reading just past the limit, not read whole', async () => {
+    const socket = await openSocket(s.base)
+    const closed = readUntilClosed(socket)
+    socket.on('error', () => {})
+    socket.write(
+      `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${s.token}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`,
+    )
+    // Offer 10 MiB in 64 KiB chunks, but only as fast as the socket takes them.
+    const chunk = `${(65536).toString(16)}\r\n${'a'.repeat(65536)}\r\n`
+    let sent = 0
+    let open = true
+    void closed.then(() => {
+      open = false
+    })
+    while (open && sent < 10 * 1024 * 1024) {
+      if (!socket.write(chunk)) await new Promise((r) => socket.once('drain', r).once('close', r))
+      sent += 65536
+    }
+    const res = await closed
+    assert.equal(res.status, 400)
+    assert.equal(JSON.parse(res.body).error, 40003)
+    assert.ok(sent < 10 * 1024 * 1024, `the client could send all ${sent} bytes`)
   })
 })

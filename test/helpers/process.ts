@@ -21,10 +21,11 @@ export async function startServiceProcess(
   runtime: keyof typeof commands,
   env: Record<string, string>,
   cleanup: { after: (fn: () => unknown) => void },
+  cwd = projectDir,
 ): Promise<ServiceProcess> {
   const [command, ...args] = commands[runtime]
   const child = spawn(command, args, {
-    cwd: projectDir,
+    cwd,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   })

@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict'
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, describe, test } from 'node:test'
+import postgres from 'postgres'
+import { freePort, startEmbedded } from '../../src/db/embedded.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { quietLog } from '../helpers/database.ts'
+import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { startTestServer, uniqueId } from '../helpers/server.ts'
+
+describe('a database outage', () => {
+  test('PostgreSQL stopped under load: quick 503s with Retry-After, /readyz 503, and 200s again within 5 s of its return', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plant-store-outage-'))
+    await chmod(dir, 0o755)
+    after(() => rm(dir, { recursive: true, force: true }))
+    const port = await freePort()
+    const start = () => startEmbedded({ dir, log: quietLog, shareRunning: false, fast: true, port })
+    let db = await start()
+    after(() => db.stop())
+    await migrate(db.url, quietLog)
+    const sql = postgres(db.url, { max: 2, onnotice: () => {} })
+    const s = await startTestServer({ after }, { db: { url: db.url, sql } })
+
+    const before = driveCreates(s.base, s.token, { concurrency: 8 })
+    await new Promise((r) => setTimeout(r, 500))
+    await sql.end()
+    await db.stop()
+    const stoppedAt = performance.now()
+    await before.stop()
+    const during = driveCreates(s.base, s.token, { concurrency: 8, pauseMs: 20 })
+    await new Promise((r) => setTimeout(r, 3000))
+    const ready = await fetch(`${s.base}/readyz`)
+    await during.stop()
+
+    assert.equal(ready.status, 503)
+    assert.equal(((await ready.json()) as { error: number }).error, 50301)
+    assert.deepEqual(
+      [...during.statuses.keys()],
+      [503],
+      `statuses during the outage: ${JSON.stringify([...during.statuses])}`,
+    )
+    assert.equal(before.statuses.get(0) ?? 0, 0, 'no request lost its connection')
+    assert.ok(during.slowestMs < 3000, `the slowest 503 took ${during.slowestMs} ms`)
+    const refused = await s.post({ id: uniqueId(), name: 'refused' })
+    assert.equal(refused.headers.get('retry-after'), '1')
+    assert.equal(((await refused.json()) as { error: number }).error, 50301)
+    assert.ok(performance.now() - stoppedAt > 0)
+
+    db = await start()
+    const restarted = performance.now()
+    let status = 0
+    while (status !== 200 && performance.now() - restarted < 5000) {
+      status = (await s.post({ id: uniqueId(), name: 'back' })).status
+      if (status !== 200) await new Promise((r) => setTimeout(r, 50))
+    }
+    assert.equal(status, 200, 'no 200 within 5 s of the database coming back')
+    assert.equal((await fetch(`${s.base}/readyz`)).status, 200)
+    const check = postgres(db.url, { max: 1, onnotice: () => {} })
+    after(() => check.end())
+    assert.deepEqual(await lostAcknowledgements(check, before.acknowledged), [])
+  })
+
+  test('a stalled database (a lock held) is answered 503 by the statement timeout, and the waiting queue stays bounded', async () => {
+    const maxQueued = 50
+    const s = await startTestServer(
+      { after },
+      { batchLimits: { maxBatch: 100, maxInFlight: 1, maxQueued } },
+    )
+    let peakQueued = 0
+    const sampler = setInterval(() => {
+      peakQueued = Math.max(peakQueued, s.store.load().queued)
+    }, 5)
+    after(() => clearInterval(sampler))
+    const ids = Array.from({ length: 400 }, () => uniqueId())
+    const answers: { id: number; status: number; ms: number }[] = []
+    await s.db.sql.begin(async (tx) => {
+      await tx`lock table plants in share row exclusive mode`
+      const started = performance.now()
+      await Promise.all(
+        ids.map(async (id) => {
+          const res = await s.post({ id, name: `stalled ${id}` })
+          answers.push({ id, status: res.status, ms: performance.now() - started })
+          await res.arrayBuffer()
+        }),
+      )
+    })
+    clearInterval(sampler)
+    assert.ok(peakQueued <= maxQueued, `${peakQueued} creates waited`)
+    assert.ok(
+      answers.every((a) => a.status === 503),
+      JSON.stringify(answers.filter((a) => a.status !== 503).slice(0, 3)),
+    )
+    const overload = answers.filter((a) => a.ms < 1000)
+    assert.ok(overload.length >= 400 - maxQueued - 100, `${overload.length} were refused at once`)
+    const slow = answers.filter((a) => a.ms >= 1000)
+    assert.ok(
+      slow.every((a) => a.ms < 7000),
+      'the rest waited at most for the statement timeout and the deadline',
+    )
+    // The refused ones were never sent, so none of them is stored.
+    const stored = await s.db
+      .sql`select id::text from plants where id = any(${overload.map((a) => String(a.id))}::int8[])`
+    assert.deepEqual(
+      stored.map((r) => answers.find((a) => String(a.id) === r.id)),
+      [],
+    )
+    assert.equal((await s.post({ id: uniqueId(), name: 'after the stall' })).status, 200)
+  })
+})

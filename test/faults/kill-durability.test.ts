@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict'
+import { cp, mkdtemp, readFile, rm, symlink } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, describe, test } from 'node:test'
+import postgres from 'postgres'
+import { projectDir } from '../helpers/cli.ts'
+import { createTestDatabase } from '../helpers/database.ts'
+import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { startServiceProcess, tokenFor } from '../helpers/process.ts'
+
+/** A copy of the project in a temporary folder, so that its `.data/` is the test's own. */
+async function projectCopy(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'plant-store-copy-'))
+  const { chmod } = await import('node:fs/promises')
+  await chmod(dir, 0o755)
+  after(() => rm(dir, { recursive: true, force: true }))
+  for (const entry of ['src', 'migrations', 'package.json', 'tsconfig.json']) {
+    await cp(join(projectDir, entry), join(dir, entry), { recursive: true })
+  }
+  await symlink(join(projectDir, 'node_modules'), join(dir, 'node_modules'))
+  return dir
+}
+
+describe('durability under kill -9', () => {
+  test('every create answered 200 before a SIGKILL is stored as sent (DATABASE_URL)', async () => {
+    const db = await createTestDatabase({ after })
+    const first = await startServiceProcess('node', { DATABASE_URL: db.url }, { after })
+    const token = await tokenFor(db.sql, first.base, 'durability')
+    const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
+    await new Promise((r) => setTimeout(r, 1500))
+    first.child.kill('SIGKILL')
+    await first.exited
+    await drive.stop()
+    assert.ok(
+      drive.acknowledged.length > 100,
+      `only ${drive.acknowledged.length} creates were acknowledged`,
+    )
+
+    const second = await startServiceProcess('node', { DATABASE_URL: db.url }, { after })
+    const lost = await lostAcknowledgements(db.sql, drive.acknowledged)
+    assert.deepEqual(
+      lost,
+      [],
+      `${lost.length} of ${drive.acknowledged.length} acknowledged creates were lost`,
+    )
+    // A client that retries after the crash gets its plant back.
+    const sample = drive.acknowledged.at(-1)
+    const retry = await fetch(`${second.base}/plants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: `{"id":${sample?.id},"name":${JSON.stringify(sample?.name)}${sample?.tag ? `,"tag":"${sample.tag}"` : ''}}`,
+    })
+    assert.equal(retry.status, 200)
+  })
+
+  test('with the embedded database: the orphaned PostgreSQL is stopped cleanly on the next start, nothing acknowledged is lost', async () => {
+    const dir = await projectCopy()
+    const first = await startServiceProcess('node', {}, { after }, dir)
+    const token = (await readFile(join(dir, '.data', 'dev-token'), 'utf8')).trim()
+    const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
+    await new Promise((r) => setTimeout(r, 1500))
+    const postmaster = Number(
+      (await readFile(join(dir, '.data', 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[0],
+    )
+    first.child.kill('SIGKILL')
+    await first.exited
+    await drive.stop()
+    process.kill(postmaster, 0) // the embedded PostgreSQL outlived its parent
+    assert.ok(drive.acknowledged.length > 100)
+
+    const second = await startServiceProcess('node', {}, { after }, dir)
+    assert.ok(
+      second.lines.some(
+        (l) =>
+          String(l.message).includes('left running by a killed process') && l.pid === postmaster,
+      ),
+      'the orphan was found and stopped',
+    )
+    const port = (await readFile(join(dir, '.data', 'postgres', 'postmaster.pid'), 'utf8')).split(
+      '\n',
+    )[3]
+    const { password } = JSON.parse(
+      await readFile(join(dir, '.data', 'embedded.json'), 'utf8'),
+    ) as { password: string }
+    const sql = postgres(
+      `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
+      { max: 1, onnotice: () => {} },
+    )
+    const lost = await lostAcknowledgements(sql, drive.acknowledged)
+    await sql.end()
+    assert.deepEqual(
+      lost,
+      [],
+      `${lost.length} of ${drive.acknowledged.length} acknowledged creates were lost`,
+    )
+    second.child.kill('SIGTERM')
+    assert.equal(await second.exited, 0)
+  })
+})

@@ -1,0 +1,78 @@
+/** A create the service answered with 200, and what was sent for it. */
+export type Acknowledged = { id: string; name: string; tag: string | null }
+
+/** What a stream of creates saw. */
+export type Drive = {
+  readonly acknowledged: Acknowledged[]
+  /** Statuses seen, by status (0: the request failed without a response). */
+  readonly statuses: Map<number, number>
+  /** The slowest answer, in ms. */
+  slowestMs: number
+  /** Stops the loops and resolves when they have ended. */
+  readonly stop: () => Promise<void>
+}
+
+let sequence = 0
+
+/**
+ * Sends creates with unique ids from `concurrency` loops until stopped, recording every 200 with
+ * the values sent. A request that fails without a response ends its loop only if `untilError`.
+ */
+export function driveCreates(
+  base: string,
+  token: string,
+  { concurrency = 16, untilError = false, pauseMs = 0 } = {},
+): Drive {
+  let running = true
+  const drive: Drive = {
+    acknowledged: [],
+    statuses: new Map(),
+    slowestMs: 0,
+    stop: async () => {
+      running = false
+      await loops
+    },
+  }
+  const prefix = BigInt(Date.now()) * 1_000_000n + BigInt(process.pid % 1000) * 1000n
+  async function loop(): Promise<void> {
+    while (running) {
+      const id = String(prefix + BigInt(++sequence) * 1000n)
+      const plant = { id, name: `durable ${id}`, tag: sequence % 2 ? 'odd' : null }
+      const body = `{"id":${id},"name":${JSON.stringify(plant.name)}${plant.tag ? `,"tag":"${plant.tag}"` : ''}}`
+      const started = performance.now()
+      let status = 0
+      try {
+        const res = await fetch(`${base}/plants`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body,
+        })
+        await res.arrayBuffer()
+        status = res.status
+      } catch {
+        status = 0
+      }
+      drive.slowestMs = Math.max(drive.slowestMs, performance.now() - started)
+      drive.statuses.set(status, (drive.statuses.get(status) ?? 0) + 1)
+      if (status === 200) drive.acknowledged.push(plant)
+      if (status === 0 && untilError) return
+      if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs))
+    }
+  }
+  const loops = Promise.all(Array.from({ length: concurrency }, loop)).then(() => {})
+  return drive
+}
+
+/** The acknowledged creates that are not in `plants` exactly as sent. */
+export async function lostAcknowledgements(
+  sql: import('postgres').Sql,
+  acknowledged: readonly Acknowledged[],
+): Promise<Acknowledged[]> {
+  const rows = await sql<Acknowledged[]>`
+    select id::text, name, tag from plants where id = any(${acknowledged.map((a) => a.id)}::int8[])`
+  const stored = new Map(rows.map((r) => [r.id, r]))
+  return acknowledged.filter((a) => {
+    const row = stored.get(a.id)
+    return row === undefined || row.name !== a.name || row.tag !== a.tag
+  })
+}
