@@ -21,7 +21,10 @@ export function renderChart(
   const left = 80
   const bottom = 330
   const top = 70
-  const top100 = Math.max(...levels.flatMap((l) => [l.serviceRps, l.ceilingRps])) * 1.15
+  // The scale ends on a round number a little above the tallest bar.
+  const top100 =
+    Math.ceil((Math.max(...levels.flatMap((l) => [l.serviceRps, l.ceilingRps])) * 1.1) / 5000) *
+    5000
   const y = (v: number) => bottom - ((bottom - top) * v) / top100
   const groupWidth = (width - left - 40) / levels.length
   const bar = groupWidth / 3.2
