@@ -49,7 +49,8 @@ export function renderChart(
   })
   const title = 'POST /plants (green) against single-row driver inserts (grey), medians'
   const note = `60 s run at 64 connections: last/first 10 s = ${soakRatio.toFixed(2)} · peak RSS ${Math.round(rssMb)} MB`
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif">
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" role="img">
+<title>${escapeXml(`${title}. ${levels.map((l) => `${l.connections} connections: ${Math.round(l.serviceRps)} requests/s against ${Math.round(l.ceilingRps)} inserts/s`).join('; ')}`)}</title>
 <rect width="100%" height="100%" fill="white"/>
 <text x="${width / 2}" y="28" text-anchor="middle" font-size="16">${escapeXml(title)}</text>
 <text x="${width / 2}" y="50" text-anchor="middle" font-size="12" fill="#555">requests or inserts per second</text>
