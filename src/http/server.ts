@@ -34,7 +34,14 @@ export function createHttpServer({ route, log }: HttpOptions): Server {
       connectionsCheckingInterval: 500,
     },
     (req, res) => {
-      void handle(req, res, route, log)
+      // handle() answers every outcome itself; this only keeps a fault in writing the answer
+      // from becoming an unhandled rejection, which would end the process.
+      handle(req, res, route, log).catch((err: unknown) => {
+        log.error('failed to answer a request', {
+          error: err instanceof Error ? err.message : String(err),
+        })
+        res.destroy()
+      })
     },
   )
   return server

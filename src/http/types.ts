@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { Failure } from '../errors.ts'
 
-/** A successful answer: status, JSON body and extra headers. */
+/** A successful answer: its status and JSON body. */
 export type Reply = {
   readonly kind: 'reply'
   readonly status: number
