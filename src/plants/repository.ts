@@ -143,8 +143,10 @@ export function createPlantRepository(
     scheduled = false
     // Creates wait in arrival order with one deadline length, so the expired ones lead the queue.
     const now = performance.now()
-    while (queue.length > 0 && (queue[0]?.expiresAt ?? now) < now) {
-      queue.shift()?.reject(new DatabaseUnavailable('gave up waiting for a database statement'))
+    let expired = 0
+    while (expired < queue.length && (queue[expired]?.expiresAt ?? now) < now) expired++
+    for (const p of queue.splice(0, expired)) {
+      p.reject(new DatabaseUnavailable('gave up waiting for a database statement'))
     }
     while (inFlight < limits.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, limits.maxBatch)

@@ -108,4 +108,30 @@ describe('a database outage', () => {
     )
     assert.equal((await s.post({ id: uniqueId(), name: 'after the stall' })).status, 200)
   })
+
+  test('creates still waiting when their requests have been answered 503 are dropped, never sent', async () => {
+    const s = await startTestServer(
+      { after },
+      { batchLimits: { maxBatch: 5, maxInFlight: 1, maxQueued: 100 } },
+    )
+    const ids = Array.from({ length: 15 }, () => uniqueId())
+    const locker = await s.db.sql.reserve()
+    await locker`begin`
+    await locker`lock table plants in share row exclusive mode`
+    // Batch 1 is sent at once and times out at 5 s; batch 2 is sent then and times out at 10 s;
+    // by then batch 3 has waited past its 6 s deadline.
+    const answers = ids.map(async (id) => (await s.post({ id, name: `waiting ${id}` })).status)
+    await new Promise((r) => setTimeout(r, 10_500))
+    await locker`commit`
+    locker.release()
+    assert.deepEqual(await Promise.all(answers), Array(15).fill(503))
+    await new Promise((r) => setTimeout(r, 500))
+    const stored = await s.db
+      .sql`select id::text from plants where id = any(${ids.map(String)}::int8[])`
+    assert.equal(
+      stored.length,
+      0,
+      'a create whose request was answered 503 while it waited was sent later',
+    )
+  })
 })
