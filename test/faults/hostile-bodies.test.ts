@@ -6,7 +6,9 @@ import { validateNewPlant } from '../../src/plants/schema.ts'
 import { startTestServer } from '../helpers/server.ts'
 
 const s = await startTestServer({ after })
-const seed = Number(process.env.FC_SEED ?? Date.now() % 2 ** 31)
+// A fixed seed keeps CI repeatable; FC_SEED explores others. fast-check reports the seed and
+// the shrunk counterexample of a failure, and the seed is printed here too.
+const seed = Number(process.env.FC_SEED ?? 5_000_001)
 const runs = Number(process.env.FC_RUNS ?? 5000)
 process.stderr.write(`hostile-bodies: fast-check seed ${seed} (FC_SEED=${seed} repeats this run)\n`)
 
