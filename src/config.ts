@@ -4,12 +4,12 @@ import * as v from 'valibot'
 export const logLevels = ['debug', 'info', 'warn', 'error'] as const
 export type LogLevel = (typeof logLevels)[number]
 
-/** The settings table: each variable with its default (`undefined`: none). */
+/** The settings table: each variable with its default (`undefined`: none); the README explains them. */
 export const settings = {
-  DATABASE_URL: { default: undefined, meaning: 'PostgreSQL to use; unset: embedded PostgreSQL' },
-  PORT: { default: '8080', meaning: 'HTTP port (0: any free port)' },
-  HOST: { default: '127.0.0.1', meaning: 'address to bind' },
-  LOG_LEVEL: { default: 'info', meaning: 'debug, info, warn or error' },
+  DATABASE_URL: { default: undefined },
+  PORT: { default: '8080' },
+  HOST: { default: '127.0.0.1' },
+  LOG_LEVEL: { default: 'info' },
 } as const
 
 const databaseUrl = v.pipe(

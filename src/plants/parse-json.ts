@@ -35,7 +35,7 @@ export function parseJsonBody(bytes: Uint8Array): { value: unknown } | Failure {
  * The source text of the number given for the top-level member `id` (the last one, as
  * `JSON.parse` keeps the last of repeated members). `text` must be a well-formed JSON object.
  */
-export function topLevelIdSource(text: string): string | undefined {
+function topLevelIdSource(text: string): string | undefined {
   let depth = 0
   let expectKey = false
   let keyIsId = false

@@ -32,7 +32,7 @@ export type BatchLimits = {
   readonly maxQueued: number
 }
 
-export const defaultBatchLimits: BatchLimits = { maxBatch: 1000, maxInFlight: 2, maxQueued: 10_000 }
+const defaultBatchLimits: BatchLimits = { maxBatch: 1000, maxInFlight: 2, maxQueued: 10_000 }
 
 type Stored = { name: string; tag: string | null }
 type Pending = {
@@ -48,7 +48,7 @@ function toPlant(row: Stored): Plant {
 }
 
 /** Decides between retry (same name and tag) and conflict for an id that is already stored. */
-export function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
+function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
   if (stored.name === plant.name && stored.tag === (plant.tag ?? null)) {
     return { kind: 'retry', plant: toPlant(stored) }
   }
