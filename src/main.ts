@@ -27,7 +27,11 @@ async function main(argv: readonly string[]): Promise<number> {
   if (command === 'serve' && args.length === 0) return serve(config)
   if (command === 'openapi' && args.length <= 1)
     return openapiCommand(args[0] ?? 'dist/openapi.json')
-  // Commands keep standard output for their result; their log goes to standard error.
+  // Commands keep standard output for their result; their log goes to standard error. A reader
+  // that goes away early (`| head`) must not end the command before it stops what it started.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err
+  })
   const log = createLog(config.logLevel === 'info' ? 'warn' : config.logLevel, (l) =>
     process.stderr.write(l),
   )
