@@ -1,5 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process'
+import type { Sql } from 'postgres'
+import { createToken } from '../../src/auth/token-repository.ts'
 import { projectDir } from './cli.ts'
+import { within } from './wait.ts'
 
 /** The service running as its own process, as `npm start` or `deno task start` runs it. */
 export type ServiceProcess = {
@@ -52,21 +55,18 @@ export async function startServiceProcess(
   return { base, child, lines, exited }
 }
 
-/** Inserts a token straight into `api_tokens` and waits until the service accepts it. */
-export async function tokenFor(
-  sql: import('postgres').Sql,
-  base: string,
-  name: string,
-): Promise<string> {
-  const token = `pst_${name}${'x'.repeat(40)}`
-  await sql`insert into api_tokens (name, token_sha256) values (${name}, sha256(convert_to(${token}, 'UTF8')))`
-  for (let i = 0; i < 100; i++) {
+/** Creates a token as `npm run token -- create` does and waits until the service accepts it. */
+export async function tokenFor(sql: Sql, base: string, name: string): Promise<string> {
+  const created = await createToken(sql, name)
+  if (!('token' in created)) throw new Error(created.problem)
+  const { token } = created
+  await within(2000, async () => {
     const res = await fetch(`${base}/plants`, {
       method: 'POST',
       headers: { authorization: `Bearer ${token}` },
     })
-    if (res.status !== 401) return token
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error('the token was not accepted within 2 s')
+    await res.arrayBuffer()
+    return res.status !== 401
+  })
+  return token
 }
