@@ -34,6 +34,42 @@ describe('database faults', () => {
     assert.equal((await db.sql`select 1 from plants where id = ${id}`).length, 1)
   })
 
+  test('an outage while the driver sets up a connection is answered 503, never ends the process', async () => {
+    // postgres.js sends an array-type query on each new connection unless `fetch_types` is off;
+    // when the connection is lost during it and the reconnect fails, that query's rejection is
+    // unhandled, which ends a Node process (porsager/postgres#1192, #1223).
+    const rejections: unknown[] = []
+    const onRejection = (reason: unknown) => rejections.push(reason)
+    process.on('unhandledRejection', onRejection)
+    after(() => process.off('unhandledRejection', onRejection))
+    const db = await createTestDatabase({ after })
+    const proxy = await startTcpProxy(db.url)
+    after(() => proxy.close())
+    const s = await startTestServer({ after }, { db, connectTo: () => proxy.url })
+
+    // Close the open connections, so that the next create needs a new one.
+    await proxy.cut()
+    await proxy.restore()
+    const down = proxy.cutAtFirstQuery()
+    const during = await s.post({ id: uniqueId(), name: 'during' })
+    await down
+    assert.equal(during.status, 503)
+    assert.equal(((await during.json()) as { error: number }).error, 50301)
+    // Let the driver's reconnects meet a refused port for a while.
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+
+    await proxy.restore()
+    const id = uniqueId()
+    const restored = performance.now()
+    let status = 0
+    while (performance.now() - restored < 5000 && status !== 200) {
+      status = (await s.post({ id, name: 'after' })).status
+    }
+    assert.equal(status, 200)
+    assert.equal((await db.sql`select 1 from plants where id = ${id}`).length, 1)
+    assert.deepEqual(rejections, [])
+  })
+
   test('a statement that waits on a lock is cut by the 5 s statement timeout: 503/50301, nothing stored', async () => {
     const s = await startTestServer({ after })
     const id = uniqueId()

@@ -11,6 +11,27 @@ export const databaseLimits = {
   connect: 3_000,
 } as const
 
+// The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
+// no array type, so these two are declared here.
+const textArray = 1009
+const int8Array = 1016
+
+/** A PostgreSQL array literal of text values (`NULL` for null), as the driver would write it. */
+export function arrayLiteral(values: readonly (string | null)[] | string): string {
+  if (typeof values === 'string') return values
+  const elements = values.map((v) =>
+    v === null ? 'NULL' : `"${v.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`,
+  )
+  return `{${elements.join(',')}}`
+}
+
+const arrayType = (oid: number) => ({
+  to: oid,
+  from: [] as number[],
+  serialize: arrayLiteral,
+  parse: (raw: string) => raw,
+})
+
 /** Options of the connection pool. */
 export type SqlOptions = { readonly max?: number; readonly applicationName?: string }
 
@@ -25,6 +46,11 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 0.5),
     // Plans are prepared per connection; a pooler in transaction mode needs `prepare: false`.
     prepare: true,
+    // With `fetch_types` on, the driver sends an array-type query on every new connection, and
+    // a failure of that query (a connection lost during it) is an unhandled rejection that ends
+    // the process (porsager/postgres#1192, #1223). The service sends only text[] and int8[].
+    fetch_types: false,
+    types: { textArray: arrayType(textArray), int8Array: arrayType(int8Array) },
     connection: {
       application_name: options.applicationName ?? 'plant-store',
       statement_timeout: databaseLimits.statement,

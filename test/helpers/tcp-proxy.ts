@@ -8,7 +8,43 @@ export type TcpProxy = {
   readonly cut: () => Promise<void>
   /** Accepts connections again, on the same port. */
   readonly restore: () => Promise<void>
+  /**
+   * Cuts (as `cut` does) when the next new connection sends its first query after start-up (its
+   * first Parse or Query message): the database goes away while the driver sets a connection
+   * up. Resolves once it has cut.
+   */
+  readonly cutAtFirstQuery: () => Promise<void>
   readonly close: () => Promise<void>
+}
+
+// The SSLRequest and GSSENCRequest codes: answered with one byte, then the StartupMessage follows.
+const negotiationCodes = new Set([80877103, 80877104])
+
+/**
+ * Calls `onQuery` when the frontend stream fed to the returned function reaches its first
+ * Parse ('P') or Query ('Q') message. Messages before the StartupMessage have no type byte.
+ */
+function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
+  let pending = Buffer.alloc(0)
+  let untyped = true
+  let done = false
+  return (chunk) => {
+    if (done) return
+    pending = Buffer.concat([pending, chunk])
+    for (;;) {
+      const header = untyped ? 4 : 5
+      if (pending.length < header) return
+      if (!untyped && (pending[0] === 0x50 || pending[0] === 0x51)) {
+        done = true
+        onQuery()
+        return
+      }
+      const length = pending.readInt32BE(untyped ? 0 : 1) + (untyped ? 0 : 1)
+      if (pending.length < length) return
+      if (untyped && !(length >= 8 && negotiationCodes.has(pending.readInt32BE(4)))) untyped = false
+      pending = pending.subarray(length)
+    }
+  }
 }
 
 /** Starts a proxy to the host and port of `databaseUrl`. */
@@ -17,18 +53,24 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   const sockets = new Set<Socket>()
   let server: Server | undefined
   let port = 0
+  let cutAtQuery: (() => void) | undefined
 
   async function listen(): Promise<void> {
     server = createServer((client) => {
       const upstream = connect(Number(target.port || 5432), target.hostname)
+      const destroyBoth = () => {
+        client.destroy()
+        upstream.destroy()
+      }
       for (const s of [client, upstream]) {
         sockets.add(s)
         s.on('close', () => sockets.delete(s))
-        s.on('error', () => {
-          client.destroy()
-          upstream.destroy()
-        })
+        s.on('error', destroyBoth)
       }
+      const onQuery = cutAtQuery
+      cutAtQuery = undefined
+      // Registered before the pipe: the chunk with the query meets a destroyed upstream.
+      if (onQuery) client.on('data', watchForFirstQuery(onQuery))
       client.pipe(upstream)
       upstream.pipe(client)
     })
@@ -49,5 +91,14 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   await listen()
   const url = new URL(databaseUrl)
   url.port = String(port)
-  return { url: url.toString(), cut, restore: listen, close: cut }
+  return {
+    url: url.toString(),
+    cut,
+    restore: listen,
+    cutAtFirstQuery: () =>
+      new Promise<void>((resolve) => {
+        cutAtQuery = () => void cut().then(resolve)
+      }),
+    close: cut,
+  }
 }
