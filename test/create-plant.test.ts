@@ -27,6 +27,26 @@ describe('POST /plants creates a plant', () => {
     assert.equal(row?.tag, null)
   })
 
+  test('stores names and tags with quotes, backslashes, braces, commas and the text NULL exactly', async () => {
+    // Creates travel to PostgreSQL as array literals; these characters are the ones they escape.
+    const plants = [
+      { id: uniqueId(), name: 'say "hi"', tag: 'back\\slash\\' },
+      { id: uniqueId(), name: '{a,b}', tag: 'NULL' },
+      { id: uniqueId(), name: ' , ', tag: '"' },
+    ]
+    const answers = await Promise.all(plants.map((p) => s.post(p)))
+    for (const [i, res] of answers.entries()) {
+      const { name, tag } = plants[i] ?? {}
+      assert.deepEqual(await res.json(), { name, tag })
+    }
+    const rows = await s.db.sql`
+      select id, name, tag from plants where id = any(${plants.map((p) => String(p.id))}::int8[])`
+    assert.deepEqual(
+      rows.map((r) => ({ id: Number(r.id), name: r.name, tag: r.tag })).sort((a, b) => a.id - b.id),
+      plants,
+    )
+  })
+
   test('ignores and does not store members other than id, name and tag', async () => {
     const id = uniqueId()
     const res = await s.post({ id, name: 'Aloe', colour: 'green', __proto__: { admin: true } })
