@@ -11,6 +11,7 @@ import type { NewPlant } from '../src/plants/schema.ts'
 import { createTestDatabase, quietLog, type TestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
+import { within } from './helpers/wait.ts'
 
 const db = await createTestDatabase({ after })
 
@@ -162,12 +163,7 @@ describe('a batch cut by a lost connection', () => {
 
     await proxy.restore()
     for (const id of ids) {
-      let status = 0
-      for (let i = 0; i < 50 && status !== 200; i++) {
-        status = (await s.post({ id, name: `cut ${id}` })).status
-        if (status !== 200) await new Promise((r) => setTimeout(r, 100))
-      }
-      assert.equal(status, 200)
+      await within(5000, async () => (await s.post({ id, name: `cut ${id}` })).status === 200)
     }
     assert.equal(
       (await d.sql`select 1 from plants where id = any(${ids.map(String)}::int8[])`).length,
