@@ -17,7 +17,7 @@ const textArray = 1009
 const int8Array = 1016
 
 /** A PostgreSQL array literal of text values (`NULL` for null), as the driver would write it. */
-export function arrayLiteral(values: readonly (string | null)[] | string): string {
+function arrayLiteral(values: readonly (string | null)[] | string): string {
   if (typeof values === 'string') return values
   const elements = values.map((v) =>
     v === null ? 'NULL' : `"${v.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`,
