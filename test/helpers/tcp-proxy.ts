@@ -47,7 +47,7 @@ function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
   }
 }
 
-/** Starts a proxy to the host and port of `databaseUrl`. */
+/** Starts a proxy on 127.0.0.1 to the host and port of `databaseUrl`. */
 export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   const target = new URL(databaseUrl)
   const sockets = new Set<Socket>()
@@ -89,7 +89,9 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   }
 
   await listen()
+  // The proxy listens on loopback, whatever host the database itself is on.
   const url = new URL(databaseUrl)
+  url.hostname = '127.0.0.1'
   url.port = String(port)
   return {
     url: url.toString(),
