@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
@@ -11,13 +10,7 @@ import { startEmbedded } from '../src/db/embedded.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { projectDir } from './helpers/cli.ts'
-
-async function tempDir(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'plant-store-embedded-'))
-  await chmod(dir, 0o755)
-  after(() => rm(dir, { recursive: true, force: true }))
-  return dir
-}
+import { tempDir } from './helpers/temp-dir.ts'
 
 function capture() {
   const lines: Record<string, unknown>[] = []
@@ -29,10 +22,11 @@ function capture() {
 
 describe('the embedded database (no DATABASE_URL)', () => {
   test('the first start creates the dev token (file mode 0600, printed once); data and token survive a restart', async () => {
-    const dir = await tempDir()
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
     const config = parseConfig({ PORT: '0' })
     const first = capture()
     const service = await startService(config, first.log, dir)
+    tmp.after(() => service.close())
     const token = (await readFile(join(dir, 'dev-token'), 'utf8')).trim()
     assert.match(token, /^pst_/)
     assert.equal(statSync(join(dir, 'dev-token')).mode & 0o777, 0o600)
@@ -54,7 +48,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
 
     const second = capture()
     const again = await startService(config, second.log, dir)
-    after(() => again.close())
+    tmp.after(() => again.close())
     assert.ok(!second.lines.some((l) => 'devToken' in l), 'no second dev token')
     const retry = await fetch(`${again.url}/plants`, {
       method: 'POST',
@@ -65,7 +59,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
   })
 
   test('a server orphaned by a SIGKILLed process is stopped on the next start, with its data kept', async () => {
-    const dir = await tempDir()
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
     const child = spawn(
       process.execPath,
       ['--import', 'tsx', 'test/helpers/embedded-child.ts', dir],
@@ -90,7 +84,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
 
     const { lines, log } = capture()
     const db = await startEmbedded({ dir, log, shareRunning: false, fast: true })
-    after(() => db.stop())
+    tmp.after(() => db.stop())
     assert.ok(
       lines.some(
         (l) => String(l.message).includes('left running by a killed process') && l.pid === orphan,
@@ -106,9 +100,9 @@ describe('the embedded database (no DATABASE_URL)', () => {
   })
 
   test('a second service on a cluster in use by a live process is refused with a clear message', async () => {
-    const dir = await tempDir()
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
     const db = await startEmbedded({ dir, log: capture().log, shareRunning: false, fast: true })
-    after(() => db.stop())
+    tmp.after(() => db.stop())
     // The owner file names this live process; another process starting the cluster is refused.
     const child = spawn(
       process.execPath,

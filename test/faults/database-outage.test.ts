@@ -1,7 +1,4 @@
 import assert from 'node:assert/strict'
-import { chmod, mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { freePort, startEmbedded } from '../../src/db/embedded.ts'
@@ -9,20 +6,19 @@ import { migrate } from '../../src/db/migrate.ts'
 import { quietLog } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
+import { tempDir } from '../helpers/temp-dir.ts'
 import { within } from '../helpers/wait.ts'
 
 describe('a database outage', () => {
   test('PostgreSQL stopped under load: quick 503s with Retry-After, /readyz 503, and 200s again within 5 s of its return', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'plant-store-outage-'))
-    await chmod(dir, 0o755)
-    after(() => rm(dir, { recursive: true, force: true }))
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-outage-')
     const port = await freePort()
     const start = () => startEmbedded({ dir, log: quietLog, shareRunning: false, fast: true, port })
     let db = await start()
-    after(() => db.stop())
+    tmp.after(() => db.stop())
     await migrate(db.url, quietLog)
     const sql = postgres(db.url, { max: 2, onnotice: () => {} })
-    const s = await startTestServer({ after }, { db: { url: db.url, sql } })
+    const s = await startTestServer(tmp, { db: { url: db.url, sql } })
 
     const before = driveCreates(s.base, s.token, { concurrency: 8 })
     await new Promise((r) => setTimeout(r, 500))
@@ -54,7 +50,7 @@ describe('a database outage', () => {
     await within(5000, async () => (await s.post({ id: uniqueId(), name: 'back' })).status === 200)
     assert.equal((await fetch(`${s.base}/readyz`)).status, 200)
     const check = postgres(db.url, { max: 1, onnotice: () => {} })
-    after(() => check.end())
+    tmp.after(() => check.end())
     assert.deepEqual(await lostAcknowledgements(check, before.acknowledged), [])
   })
 

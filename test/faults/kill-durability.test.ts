@@ -1,25 +1,42 @@
 import assert from 'node:assert/strict'
-import { cp, mkdtemp, readFile, rm, symlink } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { existsSync } from 'node:fs'
+import { cp, readFile, symlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { projectDir } from '../helpers/cli.ts'
-import { createTestDatabase } from '../helpers/database.ts'
+import { type Cleanup, createTestDatabase } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
+import { tempDir } from '../helpers/temp-dir.ts'
+import { within } from '../helpers/wait.ts'
 
-/** A copy of the project in a temporary folder, so that its `.data/` is the test's own. */
-async function projectCopy(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'plant-store-copy-'))
-  const { chmod } = await import('node:fs/promises')
-  await chmod(dir, 0o755)
-  after(() => rm(dir, { recursive: true, force: true }))
+/**
+ * A copy of the project in a temporary folder, so that its `.data/` is the test's own. Its
+ * `after` runs before the folder is removed, and an embedded PostgreSQL left running there by a
+ * killed service is stopped first, whatever the test did.
+ */
+async function projectCopy(): Promise<{ dir: string } & Cleanup> {
+  const { dir, ...tmp } = await tempDir({ after }, 'plant-store-copy-')
+  tmp.after(() => stopLeftoverPostgres(join(dir, '.data', 'postgres')))
   for (const entry of ['src', 'migrations', 'package.json', 'tsconfig.json']) {
     await cp(join(projectDir, entry), join(dir, entry), { recursive: true })
   }
   await symlink(join(projectDir, 'node_modules'), join(dir, 'node_modules'))
-  return dir
+  return { dir, ...tmp }
+}
+
+// PostgreSQL removes its postmaster.pid when a fast shutdown (SIGINT) is complete.
+async function stopLeftoverPostgres(dataDir: string): Promise<void> {
+  const pidFile = join(dataDir, 'postmaster.pid')
+  const pid = Number((await readFile(pidFile, 'utf8').catch(() => '')).split('\n')[0])
+  if (!(pid > 0)) return
+  try {
+    process.kill(pid, 'SIGINT')
+  } catch {
+    return
+  }
+  await within(30_000, async () => !existsSync(pidFile))
 }
 
 describe('durability under kill -9', () => {
@@ -55,8 +72,8 @@ describe('durability under kill -9', () => {
   })
 
   test('with the embedded database: the orphaned PostgreSQL is stopped cleanly on the next start, nothing acknowledged is lost', async () => {
-    const dir = await projectCopy()
-    const first = await startServiceProcess('node', {}, { after }, dir)
+    const { dir, ...tmp } = await projectCopy()
+    const first = await startServiceProcess('node', {}, tmp, dir)
     const token = (await readFile(join(dir, '.data', 'dev-token'), 'utf8')).trim()
     const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
     await new Promise((r) => setTimeout(r, 1500))
@@ -69,7 +86,7 @@ describe('durability under kill -9', () => {
     process.kill(postmaster, 0) // the embedded PostgreSQL outlived its parent
     assert.ok(drive.acknowledged.length > 100)
 
-    const second = await startServiceProcess('node', {}, { after }, dir)
+    const second = await startServiceProcess('node', {}, tmp, dir)
     assert.ok(
       second.lines.some(
         (l) =>

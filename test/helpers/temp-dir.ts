@@ -1,0 +1,37 @@
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Cleanup } from './database.ts'
+
+/**
+ * A new folder in the system's temporary folder that the embedded PostgreSQL can use: mkdtemp
+ * makes it 0700, but started as root the server runs as user postgres, which must enter it.
+ */
+export async function makeTempDir(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix))
+  await chmod(dir, 0o755)
+  return dir
+}
+
+/**
+ * A temporary folder removed after `t`. Cleanups registered with the returned `after` (pass it
+ * wherever a `Cleanup` is asked for) run first, last registered first: a server whose data is in
+ * the folder is stopped before the folder is removed under it.
+ */
+export async function tempDir(t: Cleanup, prefix: string): Promise<{ dir: string } & Cleanup> {
+  const dir = await makeTempDir(prefix)
+  const cleanups: (() => unknown)[] = []
+  t.after(async () => {
+    const failures: unknown[] = []
+    for (const cleanup of cleanups.reverse()) {
+      try {
+        await cleanup()
+      } catch (err) {
+        failures.push(err)
+      }
+    }
+    await rm(dir, { recursive: true, force: true })
+    if (failures.length > 0) throw failures[0]
+  })
+  return { dir, after: (fn) => void cleanups.push(fn) }
+}
