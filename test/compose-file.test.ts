@@ -30,7 +30,7 @@ const substitute = (s: string) => s.replace(/\$\{(\w+):-([^}]*)\}/g, (_, __, d: 
 
 describe('compose.yaml and the Dockerfile', () => {
   test('PostgreSQL 18 keeps its data in a named volume and reports ready with pg_isready', () => {
-    assert.match(db.image ?? '', /^postgres:18/)
+    assert.match(substitute(db.image ?? ''), /^postgres:18/)
     const [volume, target] = (db.volumes?.[0] ?? '').split(':')
     assert.ok(volume && volume in compose.volumes, 'a named volume')
     assert.equal(target, '/var/lib/postgresql')
