@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { errorTable, type Failure, failure, failureHeaders } from '../errors.ts'
 import type { Log } from '../log.ts'
-import type { Handler, Outcome, RequestContext } from './types.ts'
+import type { Content, Handler, Outcome, Reply, RequestContext } from './types.ts'
 
 /** The time limits of the contract, in milliseconds. */
 export const timeLimits = {
@@ -81,17 +81,9 @@ async function handle(
     }
   }
 
-  const status = outcome.kind === 'reply' ? outcome.status : errorTable[outcome.code].status
-  const body = JSON.stringify(
-    outcome.kind === 'reply' ? outcome.body : { error: outcome.code, message: outcome.message },
-  )
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-    'x-request-id': ctx.requestId,
-    'cache-control': 'no-store',
-    ...(outcome.kind === 'failure' ? failureHeaders(outcome) : {}),
-  }
+  const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
+  const { status, headers, body } = answer
+  headers['x-request-id'] = ctx.requestId
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
   // connection is closed after the response instead.
   if (!req.complete) headers.connection = 'close'
@@ -108,4 +100,44 @@ async function handle(
     error: outcome.kind === 'failure' ? outcome.code : undefined,
     tokenName: ctx.tokenName,
   })
+}
+
+type Answer = {
+  readonly status: number
+  readonly headers: Record<string, string | number>
+  readonly body: string | Buffer
+}
+
+function jsonAnswer(outcome: Reply | Failure): Answer {
+  const status = outcome.kind === 'reply' ? outcome.status : errorTable[outcome.code].status
+  const body = JSON.stringify(
+    outcome.kind === 'reply' ? outcome.body : { error: outcome.code, message: outcome.message },
+  )
+  const headers: Record<string, string | number> = {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    ...(outcome.kind === 'failure' ? failureHeaders(outcome) : {}),
+  }
+  return { status, headers, body }
+}
+
+// A request whose If-None-Match names the content's ETag gets 304 and no body (RFC 9110 13.1.2).
+function contentAnswer(req: IncomingMessage, content: Content): Answer {
+  const { etag } = content
+  const known = req.headers['if-none-match']?.split(',').map((tag) => tag.trim()) ?? []
+  const fresh = etag !== undefined && (known.includes(etag) || known.includes('*'))
+  const headers: Record<string, string | number> = {
+    'content-type': content.type,
+    'cache-control': content.cacheControl,
+    'x-content-type-options': 'nosniff',
+    ...(etag === undefined ? {} : { etag }),
+    ...content.headers,
+  }
+  if (fresh) return { status: 304, headers, body: '' }
+  return {
+    status: 200,
+    headers: { ...headers, 'content-length': content.body.length },
+    body: content.body,
+  }
 }

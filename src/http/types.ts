@@ -8,8 +8,22 @@ export type Reply = {
   readonly body: unknown
 }
 
-/** What a handler returns: a reply or an expected failure of the error table. */
-export type Outcome = Reply | Failure
+/**
+ * A successful answer that is not JSON (a page, a script, a style sheet): its media type, bytes
+ * and caching. An `etag` lets a client revalidate with `If-None-Match` and get a 304.
+ */
+export type Content = {
+  readonly kind: 'content'
+  readonly type: string
+  readonly body: Buffer
+  readonly cacheControl: string
+  readonly etag?: string
+  /** Extra response headers, e.g. a page's Content-Security-Policy. */
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/** What a handler returns: a reply, content, or an expected failure of the error table. */
+export type Outcome = Reply | Content | Failure
 
 /** Per-request facts that end up in the request's log line. */
 export type RequestContext = {
