@@ -2,6 +2,7 @@ import type { Server } from 'node:http'
 import type { Sql } from 'postgres'
 import type { TokenCache } from './auth/token-cache.ts'
 import { databaseLimits } from './db/sql.ts'
+import { createDocsRoutes } from './docs/reference-page.ts'
 import { createReadyz, healthz } from './health.ts'
 import { createRouter } from './http/router.ts'
 import { createHttpServer } from './http/server.ts'
@@ -31,6 +32,7 @@ export function createApp({ sql, store, tokens, log }: AppDeps): Server {
     { method: 'GET', path: '/healthz', handler: healthz },
     { method: 'GET', path: '/readyz', handler: createReadyz(sql, 2_000) },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
+    ...createDocsRoutes(),
   ])
   return createHttpServer({ route, log })
 }

@@ -4,7 +4,7 @@ import { createTestDatabase } from './helpers/database.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
 
 describe('the same service under Deno 2 (deno task start)', () => {
-  test('creates, retries, refuses 40005, 40009 and 401, then stops cleanly on SIGTERM', async () => {
+  test('creates, retries, refuses 40005, 40009 and 401, serves /docs, then stops cleanly on SIGTERM', async () => {
     const db = await createTestDatabase({ after })
     const service = await startServiceProcess('deno', { DATABASE_URL: db.url }, { after })
     const token = await tokenFor(db.sql, service.base, 'deno')
@@ -39,6 +39,11 @@ describe('the same service under Deno 2 (deno task start)', () => {
       unauthorised.headers.get('www-authenticate'),
       'Bearer realm="plants", error="invalid_token"',
     )
+
+    const docs = await fetch(`${service.base}/docs`)
+    assert.equal(docs.status, 200)
+    const script = (await docs.text()).match(/src="([^"]+swagger-ui-bundle\.js)"/)?.[1]
+    assert.equal((await fetch(`${service.base}/${script}`)).status, 200)
 
     service.child.kill('SIGTERM')
     assert.equal(await service.exited, 0)

@@ -1,0 +1,117 @@
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { Route } from '../http/router.ts'
+import type { Content } from '../http/types.ts'
+
+/**
+ * The reference page's Content-Security-Policy. Everything comes from the service itself; no
+ * inline script or style. `img-src data:` is for the icons that swagger-ui.css embeds as data
+ * URLs; `connect-src 'self'` lets the page fetch the document and send try-it requests to this
+ * service and nowhere else.
+ */
+export const docsContentSecurityPolicy = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ')
+
+type Asset = { readonly name: string; readonly type: string; readonly body: Buffer }
+
+// A source map comment would make a browser's developer tools ask for a file not served here.
+function withoutSourceMap(text: string): Buffer {
+  return Buffer.from(
+    text.replace(/\n?(\/\/# sourceMappingURL=\S+|\/\*# sourceMappingURL=\S+ ?\*\/)\s*$/, '\n'),
+  )
+}
+
+function readAssets(): Asset[] {
+  const swaggerUi = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'))
+  const read = (path: string) => withoutSourceMap(readFileSync(path, 'utf8'))
+  return [
+    {
+      name: 'swagger-ui.css',
+      type: 'text/css; charset=utf-8',
+      body: read(join(swaggerUi, 'swagger-ui.css')),
+    },
+    {
+      name: 'swagger-ui-bundle.js',
+      type: 'text/javascript; charset=utf-8',
+      body: read(join(swaggerUi, 'swagger-ui-bundle.js')),
+    },
+    {
+      name: 'start-swagger-ui.js',
+      type: 'text/javascript; charset=utf-8',
+      body: read(fileURLToPath(new URL('start-swagger-ui.js', import.meta.url))),
+    },
+  ]
+}
+
+function page(assets: string): Buffer {
+  // Relative addresses: the page is /docs, so these resolve below /docs/assets/ wherever the
+  // service is mounted. The empty data: icon keeps the browser from asking for /favicon.ico.
+  return Buffer.from(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Plant store API reference</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="${assets}/swagger-ui.css">
+</head>
+<body>
+<div id="docs"></div>
+<script src="${assets}/swagger-ui-bundle.js"></script>
+<script src="${assets}/start-swagger-ui.js"></script>
+</body>
+</html>
+`)
+}
+
+/**
+ * The routes of the API reference page: `GET /docs`, rendered by Swagger UI from
+ * `/openapi.json`, and its assets. The assets' paths carry a hash of their contents, so they are
+ * cached for a year; the page itself is revalidated by its ETag.
+ */
+export function createDocsRoutes(): Route[] {
+  const assets = readAssets()
+  const version = createHash('sha256')
+    .update(Buffer.concat(assets.map((a) => a.body)))
+    .digest('hex')
+    .slice(0, 12)
+  const base = `docs/assets/${version}`
+  const etagOf = (body: Buffer) =>
+    `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`
+  const html = page(base)
+  const pageContent: Content = {
+    kind: 'content',
+    type: 'text/html; charset=utf-8',
+    body: html,
+    cacheControl: 'no-cache',
+    etag: etagOf(html),
+    headers: {
+      'content-security-policy': docsContentSecurityPolicy,
+      'referrer-policy': 'no-referrer',
+    },
+  }
+  return [
+    { method: 'GET', path: '/docs', handler: () => pageContent },
+    ...assets.map((asset): Route => {
+      const content: Content = {
+        kind: 'content',
+        type: asset.type,
+        body: asset.body,
+        cacheControl: 'public, max-age=31536000, immutable',
+        etag: etagOf(asset.body),
+      }
+      return { method: 'GET', path: `/${base}/${asset.name}`, handler: () => content }
+    }),
+  ]
+}
