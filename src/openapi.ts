@@ -63,9 +63,13 @@ function errorResponse(status: number, summary: string, headers: Record<string, 
     headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' }, ...headers },
     content: {
       'application/json': {
+        // allOf, not $ref with sibling keywords: OpenAPI 3.1 allows those, but several tools
+        // (Swagger UI, RapiDoc, validating proxies) then drop the $ref or misread the body.
         schema: {
-          $ref: '#/components/schemas/Error',
-          properties: { error: { enum: list } },
+          allOf: [
+            { $ref: '#/components/schemas/Error' },
+            { type: 'object', properties: { error: { enum: list } } },
+          ],
         },
         examples: Object.fromEntries(
           list.map((c) => [String(c), { value: { error: c, message: errorTable[c].when } }]),
@@ -75,11 +79,11 @@ function errorResponse(status: number, summary: string, headers: Record<string, 
   }
 }
 
-function okResponse(description: string, schema: Record<string, unknown>) {
+function okResponse(description: string, schema: Record<string, unknown>, example?: unknown) {
   return {
     description,
     headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
-    content: { 'application/json': { schema } },
+    content: { 'application/json': { schema, ...(example === undefined ? {} : { example }) } },
   }
 }
 
@@ -90,9 +94,18 @@ const statusSchema = (value: string) => ({
   properties: { status: { const: value } },
 })
 
-function probe(summary: string, description: string, ok: Record<string, unknown>, extra = {}) {
+function probe(
+  operationId: string,
+  tag: string,
+  summary: string,
+  description: string,
+  ok: Record<string, unknown>,
+  extra = {},
+) {
   return {
     get: {
+      operationId,
+      tags: [tag],
       summary,
       description: `${description} No credentials needed. HEAD is answered like GET, without a body.`,
       security: [],
@@ -100,6 +113,10 @@ function probe(summary: string, description: string, ok: Record<string, unknown>
     },
   }
 }
+
+// Example ids stay below 2^53: browsers and most tools read this document with JSON.parse.
+const newPlantExample = { id: 1001, name: 'Monstera deliciosa', tag: 'tropical' }
+const plantExample = { name: 'Monstera deliciosa', tag: 'tropical' }
 
 /**
  * The OpenAPI 3.1 document of the contract, built from the Valibot schemas the service validates
@@ -131,6 +148,8 @@ export function buildOpenApiDocument(): Record<string, unknown> {
       title: 'Plant store',
       version: '1.0.0',
       summary: 'A sample plant store interface: create plants.',
+      contact: { name: 'The plant store team' },
+
       description: [
         'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
         '',
@@ -145,19 +164,30 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         codeTable(codes),
       ].join('\n'),
     },
+    // The first server is relative: where the document was fetched from, so a page or client
+    // that reads it from a running service talks to that service. The second keeps a variable
+    // for clients generated from a saved copy of the document.
     servers: [
+      { url: '/', description: 'The service this document was fetched from' },
       {
         url: '{base_url}',
+        description: 'A service at another address',
         variables: {
           base_url: { default: 'http://127.0.0.1:8080', description: 'Where the service runs' },
         },
       },
+    ],
+    tags: [
+      { name: 'plants', description: 'Plant records' },
+      { name: 'operations', description: 'Probes for load balancers and orchestrators' },
+      { name: 'documentation', description: 'This document and its reference page' },
     ],
     security: [{ bearerAuth: [] }],
     paths: {
       '/plants': {
         post: {
           operationId: 'createPlant',
+          tags: ['plants'],
           summary: 'Create a plant',
           description: [
             'Creates a new plant in the store. The 200 is sent only after the row is committed.',
@@ -172,14 +202,18 @@ export function buildOpenApiDocument(): Record<string, unknown> {
           requestBody: {
             required: true,
             description: `A NewPlant object, at most ${maxBodyBytes} bytes of UTF-8 JSON.`,
-            content: { 'application/json': { schema: { $ref: '#/components/schemas/NewPlant' } } },
+            content: {
+              'application/json': {
+                schema: { $ref: '#/components/schemas/NewPlant' },
+                example: newPlantExample,
+              },
+            },
           },
           responses: {
             '200': okResponse(
               'The plant response: the stored plant (also for an idempotent retry)',
-              {
-                $ref: '#/components/schemas/Plant',
-              },
+              { $ref: '#/components/schemas/Plant' },
+              plantExample,
             ),
             '400': badRequest,
             '401': unauthorised,
@@ -189,20 +223,37 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         },
       },
       '/healthz': probe(
+        'getLiveness',
+        'operations',
         'Liveness',
         'Answers 200 while the process runs; the database is not consulted.',
         okResponse('The process runs', statusSchema('ok')),
       ),
       '/readyz': probe(
+        'getReadiness',
+        'operations',
         'Readiness',
         'Answers 200 when the database answers and its schema is current, 503 otherwise.',
         okResponse('Ready to serve', statusSchema('ready')),
         { '503': unavailable },
       ),
       '/openapi.json': probe(
+        'getOpenApiDocument',
+        'documentation',
         'This document',
         'The OpenAPI 3.1 document of the service.',
         okResponse('The OpenAPI document', { type: 'object' }),
+      ),
+      '/docs': probe(
+        'getReferencePage',
+        'documentation',
+        'The API reference page',
+        'This document rendered by Swagger UI, where a token can be entered and requests tried. Everything the page loads comes from the service itself.',
+        {
+          description: 'The HTML page',
+          headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
+          content: { 'text/html': { schema: { type: 'string' } } },
+        },
       ),
     },
     components: {
@@ -215,8 +266,8 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         },
       },
       schemas: {
-        NewPlant: schemaOf(NewPlant),
-        Plant: schemaOf(Plant),
+        NewPlant: { ...schemaOf(NewPlant), examples: [newPlantExample] },
+        Plant: { ...schemaOf(Plant), examples: [plantExample] },
         Error: schemaOf(ErrorBody),
       },
       parameters: {
@@ -234,16 +285,6 @@ export function buildOpenApiDocument(): Record<string, unknown> {
           description: 'The id of this request, as in its log line',
           schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
         },
-        Allow: {
-          description: 'The methods the path has, with 405',
-          schema: { type: 'string' },
-        },
-      },
-      responses: {
-        NotFound: errorResponse(404, 'No such path (any path not listed here).'),
-        MethodNotAllowed: errorResponse(405, 'The path exists, the method does not.', {
-          Allow: { $ref: '#/components/headers/Allow' },
-        }),
       },
     },
   }

@@ -1,9 +1,15 @@
 import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
+import { promisify } from 'node:util'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { migrate } from '../src/db/migrate.ts'
 import { errorTable } from '../src/errors.ts'
+import { projectDir } from './helpers/cli.ts'
 import { quietLog } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 
@@ -14,6 +20,8 @@ const doc = (await served.json()) as {
   paths: Record<string, Record<string, { responses: Record<string, unknown> }>>
   components: Record<string, unknown>
 }
+
+const run = promisify(execFile)
 
 const ajv = new Ajv2020({ strict: false, allErrors: true })
 ajv.addFormat('int32', {
@@ -31,9 +39,10 @@ async function conforms(res: Response, path: string, method: string): Promise<nu
   const status = String(res.status)
   const operation = doc.paths[path]?.[method]
   const declared = operation?.responses[status] !== undefined
-  const base = declared
-    ? `openapi.json#/paths/${pointer(path)}/${method}/responses/${status}`
-    : `openapi.json#/components/responses/${res.status === 404 ? 'NotFound' : 'MethodNotAllowed'}`
+  // 404 and 405 belong to no operation: the document describes them once, as Error bodies.
+  const schema = declared
+    ? `openapi.json#/paths/${pointer(path)}/${method}/responses/${status}/content/application~1json/schema`
+    : 'openapi.json#/components/schemas/Error'
   const body = method === 'head' ? undefined : await res.json()
   assert.ok(
     declared || res.status === 404 || res.status === 405,
@@ -41,8 +50,8 @@ async function conforms(res: Response, path: string, method: string): Promise<nu
   )
   assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
   assert.ok(res.headers.get('x-request-id'))
-  const validate = ajv.getSchema(`${base}/content/application~1json/schema`)
-  assert.ok(validate, `no schema at ${base}`)
+  const validate = ajv.getSchema(schema)
+  assert.ok(validate, `no schema at ${schema}`)
   if (body !== undefined)
     assert.ok(
       validate(body),
@@ -151,5 +160,69 @@ describe('the OpenAPI document at GET /openapi.json', () => {
     await migrate(s.db.url, quietLog, 'down', 1)
     after(() => migrate(s.db.url, quietLog))
     assert.equal(await conforms(await fetch(`${s.base}/readyz`), '/readyz', 'get'), 50301)
+  })
+
+  test('reads the same in every tool: errors narrowed with allOf, examples, operationId and tags, a relative server first', () => {
+    type Operation = {
+      operationId?: string
+      tags?: string[]
+      responses: Record<string, { content?: Record<string, { schema: unknown }> }>
+    }
+    const d = doc as unknown as {
+      info: { contact?: unknown }
+      servers: { url: string; variables?: unknown }[]
+      paths: Record<string, Record<string, Operation>>
+      components: { schemas: Record<string, { examples?: unknown[] }> }
+    }
+    assert.ok(d.info.contact)
+    assert.equal(d.servers[0]?.url, '/')
+    assert.ok(d.servers.some((server) => server.url === '{base_url}' && server.variables))
+    const operationIds = new Set<string>()
+    for (const [path, operations] of Object.entries(d.paths)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        assert.ok(operation.operationId && operation.tags?.length, `${method} ${path}`)
+        operationIds.add(operation.operationId)
+        for (const [status, response] of Object.entries(operation.responses)) {
+          const schema = JSON.stringify(response.content?.['application/json']?.schema ?? {})
+          if (Number(status) >= 400)
+            assert.match(schema, /^\{"allOf":\[\{"\$ref":"#\/components\/schemas\/Error"\}/)
+        }
+      }
+    }
+    assert.equal(operationIds.size, Object.values(d.paths).flatMap(Object.keys).length)
+    const { NewPlant, Plant } = d.components.schemas
+    const example = NewPlant?.examples?.[0] as { id: number }
+    assert.ok(Number.isSafeInteger(example.id), 'an example id a browser reads exactly')
+    assert.ok(Plant?.examples?.length)
+  })
+
+  test("has no problem under Spectral's recommended OpenAPI rules (.spectral.yaml)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plant-store-openapi-'))
+    after(() => rm(dir, { recursive: true, force: true }))
+    const file = join(dir, 'openapi.json')
+    await writeFile(file, JSON.stringify(doc, null, 2))
+    const spectral = join(projectDir, 'node_modules', '.bin', 'spectral')
+    const { stdout } = await run(
+      spectral,
+      [
+        'lint',
+        '--ruleset',
+        join(projectDir, '.spectral.yaml'),
+        '--format',
+        'json',
+        '--quiet',
+        file,
+      ],
+      { cwd: projectDir },
+    ).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? '' }))
+    const problems = JSON.parse(stdout || '[]') as {
+      code: string
+      path: string[]
+      message: string
+    }[]
+    assert.deepEqual(
+      problems.map((p) => `${p.code} at ${p.path.join('.')}: ${p.message}`),
+      [],
+    )
   })
 })
