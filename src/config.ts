@@ -10,7 +10,13 @@ export const settings = {
   PORT: { default: '8080' },
   HOST: { default: '127.0.0.1' },
   LOG_LEVEL: { default: 'info' },
+  METRICS: { default: 'on' },
 } as const
+
+const onOff = v.pipe(
+  v.picklist(['on', 'off'], 'must be on or off'),
+  v.transform((s) => s === 'on'),
+)
 
 const databaseUrl = v.pipe(
   v.string(),
@@ -36,6 +42,7 @@ const EnvSchema = v.object({
   PORT: port,
   HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
+  METRICS: onOff,
 })
 
 /** The validated, frozen settings of one process. */
@@ -44,6 +51,8 @@ export type Config = Readonly<{
   port: number
   host: string
   logLevel: LogLevel
+  /** Serve GET /metrics and keep the counters behind it. */
+  metrics: boolean
 }>
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
@@ -78,5 +87,6 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     port: out.PORT,
     host: out.HOST,
     logLevel: out.LOG_LEVEL,
+    metrics: out.METRICS,
   })
 }

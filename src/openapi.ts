@@ -237,6 +237,17 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         okResponse('Ready to serve', statusSchema('ready')),
         { '503': unavailable },
       ),
+      '/metrics': probe(
+        'getMetrics',
+        'operations',
+        'Prometheus metrics',
+        'Counters, gauges and histograms of this instance in the Prometheus text exposition format: requests by route and status, creates by outcome, the create queue, batch sizes, database unavailability, the token cache, and the runtime. 404 when the service runs with `METRICS=off`.',
+        {
+          description: 'The metrics',
+          headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
+          content: { 'text/plain': { schema: { type: 'string' } } },
+        },
+      ),
       '/openapi.json': probe(
         'getOpenApiDocument',
         'documentation',

@@ -9,6 +9,7 @@ import { defaultDataDir, openDatabase } from './database.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql } from './db/sql.ts'
 import type { Log } from './log.ts'
+import { createMetrics, noMetrics } from './metrics.ts'
 import { createPlantRepository } from './plants/repository.ts'
 
 /** A running service. */
@@ -43,7 +44,11 @@ export async function startService(
         `cannot use the database at ${describeDatabase(db.url)}: ${err instanceof Error ? err.message : String(err)}`,
       )
     })
-    const sql = createSql(db.url, log)
+    const metrics = config.metrics ? createMetrics() : noMetrics
+    const sql = createSql(db.url, log, {
+      connectionOpened: metrics.connectionOpened,
+      connectionClosed: metrics.connectionClosed,
+    })
     cleanups.push(() => sql.end({ timeout: 5 }))
     const tokens = createTokenCache(sql, log)
     await tokens.start()
@@ -59,7 +64,14 @@ export async function startService(
         })
       }
     }
-    const server = createApp({ sql, store: createPlantRepository(sql), tokens, log })
+    const store = createPlantRepository(sql, undefined, metrics.statementRan)
+    const server = createApp({
+      sql,
+      store,
+      tokens,
+      log,
+      metrics,
+    })
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject)
       server.listen(config.port, config.host, () => resolve())

@@ -4,10 +4,16 @@ import { ConfigError, parseConfig } from '../src/config.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
-  test('defaults: embedded database, port 8080, 127.0.0.1, info', () => {
+  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics on', () => {
     assert.deepEqual(
       { ...parseConfig({}) },
-      { databaseUrl: undefined, port: 8080, host: '127.0.0.1', logLevel: 'info' },
+      {
+        databaseUrl: undefined,
+        port: 8080,
+        host: '127.0.0.1',
+        logLevel: 'info',
+        metrics: true,
+      },
     )
   })
 
@@ -17,10 +23,17 @@ describe('configuration', () => {
       PORT: '0',
       HOST: '0.0.0.0',
       LOG_LEVEL: '',
+      METRICS: 'off',
     })
     assert.deepEqual(
       { ...config },
-      { databaseUrl: 'postgres://u:p@db:5432/plants', port: 0, host: '0.0.0.0', logLevel: 'info' },
+      {
+        databaseUrl: 'postgres://u:p@db:5432/plants',
+        port: 0,
+        host: '0.0.0.0',
+        logLevel: 'info',
+        metrics: false,
+      },
     )
     assert.ok(Object.isFrozen(config))
   })
@@ -33,6 +46,7 @@ describe('configuration', () => {
     ['DATABASE_URL', 'mysql://x'],
     ['DATABASE_URL', 'not a url'],
     ['HOST', 'two words'],
+    ['METRICS', 'yes'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

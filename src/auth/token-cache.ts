@@ -13,6 +13,8 @@ export type TokenCache = {
   readonly start: () => Promise<void>
   /** Reloads now; resolves when a reload that started after this call has finished. */
   readonly reload: () => Promise<void>
+  /** The number of valid tokens, and when (`Date.now()`) they were last loaded successfully. */
+  readonly state: () => { valid: number; loadedAt: number | undefined }
   readonly close: () => Promise<void>
 }
 
@@ -23,6 +25,7 @@ export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): To
   let queued: Promise<void> | undefined
   let timer: ReturnType<typeof setInterval> | undefined
   let unlisten: (() => Promise<void>) | undefined
+  let loadedAt: number | undefined
 
   async function load(): Promise<void> {
     const rows = await sql<{ name: string; digest: string }[]>`
@@ -30,6 +33,7 @@ export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): To
       from api_tokens
       where revoked_at is null`
     byDigest = new Map(rows.map((r) => [r.digest, r.name]))
+    loadedAt = Date.now()
     log.debug('tokens loaded', { count: byDigest.size })
   }
 
@@ -64,6 +68,7 @@ export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): To
       return byDigest.get(tokenDigest(token).toString('hex'))
     },
     reload,
+    state: () => ({ valid: byDigest.size, loadedAt }),
     async start() {
       await reload()
       const listening = await sql.listen(

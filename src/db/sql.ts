@@ -33,7 +33,13 @@ const arrayType = (oid: number) => ({
 })
 
 /** Options of the connection pool. */
-export type SqlOptions = { readonly max?: number; readonly applicationName?: string }
+export type SqlOptions = {
+  readonly max?: number
+  readonly applicationName?: string
+  /** Hear of connections opened and closed (lost, or idle), e.g. for the metrics. */
+  readonly connectionOpened?: () => void
+  readonly connectionClosed?: () => void
+}
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
@@ -57,5 +63,11 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
       plan_cache_mode: 'force_custom_plan',
     },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
+    // The server reports application_name once as each new connection starts up: the driver's
+    // only sign of a connection opened.
+    onparameter: (name: string) => {
+      if (name === 'application_name') options.connectionOpened?.()
+    },
+    onclose: () => options.connectionClosed?.(),
   })
 }

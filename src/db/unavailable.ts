@@ -1,6 +1,17 @@
+/**
+ * Why a request found the database unavailable: too many creates waiting, no answer before the
+ * request's deadline, or the database itself (connection lost or refused, statement timeout).
+ */
+export type UnavailableReason = 'queue_full' | 'deadline' | 'database'
+
 /** Thrown when PostgreSQL cannot be reached or does not answer in time; answered with 503. */
 export class DatabaseUnavailable extends Error {
   override name = 'DatabaseUnavailable'
+  readonly reason: UnavailableReason
+  constructor(message: string, options: { reason?: UnavailableReason; cause?: unknown } = {}) {
+    super(message, { cause: options.cause })
+    this.reason = options.reason ?? 'database'
+  }
 }
 
 // Connection-level failures of the postgres driver and of Node's sockets.
@@ -59,7 +70,10 @@ export function translateUnavailable(err: unknown): never {
 export function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DatabaseUnavailable(`no answer within ${ms} ms`)), ms)
+    timer = setTimeout(
+      () => reject(new DatabaseUnavailable(`no answer within ${ms} ms`, { reason: 'deadline' })),
+      ms,
+    )
   })
   return Promise.race([work.catch(translateUnavailable), deadline]).finally(() =>
     clearTimeout(timer),

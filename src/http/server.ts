@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { errorTable, type Failure, failure, failureHeaders } from '../errors.ts'
 import type { Log } from '../log.ts'
+import { type Metrics, noMetrics } from '../metrics.ts'
 import type { Content, Handler, Outcome, Reply, RequestContext } from './types.ts'
 
 /** The time limits of the contract, in milliseconds. */
@@ -18,13 +19,15 @@ const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
 export type HttpOptions = {
   readonly route: (method: string, path: string) => Handler | Failure
   readonly log: Log
+  /** Hears of every request answered, and of every 503 for the database. */
+  readonly metrics?: Pick<Metrics, 'requestAnswered' | 'unavailable'>
 }
 
 /**
  * The HTTP adapter: assigns the request id, routes, turns every outcome (and every throw) into a
  * JSON response, and writes one log line per request.
  */
-export function createHttpServer({ route, log }: HttpOptions): Server {
+export function createHttpServer({ route, log, metrics = noMetrics }: HttpOptions): Server {
   const server = createServer(
     {
       headersTimeout: timeLimits.headers,
@@ -36,7 +39,7 @@ export function createHttpServer({ route, log }: HttpOptions): Server {
     (req, res) => {
       // handle() answers every outcome itself; this only keeps a fault in writing the answer
       // from becoming an unhandled rejection, which would end the process.
-      handle(req, res, route, log).catch((err: unknown) => {
+      handle(req, res, route, log, metrics).catch((err: unknown) => {
         log.error('failed to answer a request', {
           error: err instanceof Error ? err.message : String(err),
         })
@@ -52,6 +55,7 @@ async function handle(
   res: ServerResponse,
   route: HttpOptions['route'],
   log: Log,
+  metrics: NonNullable<HttpOptions['metrics']>,
 ): Promise<void> {
   const started = performance.now()
   const given = req.headers['x-request-id']
@@ -65,11 +69,15 @@ async function handle(
   const path = q === -1 ? url : url.slice(0, q)
 
   let outcome: Outcome
+  // The route pattern, never the raw path: every unknown path is one label value.
+  let routeLabel = 'unmatched'
   try {
     const target = route(method, path)
+    if (typeof target === 'function' || target.code === 40501) routeLabel = path
     outcome = typeof target === 'function' ? await target(req, ctx) : target
   } catch (err) {
     if (err instanceof DatabaseUnavailable) {
+      metrics.unavailable(err.reason)
       outcome = failure(50301, 'the database is unavailable; try again shortly')
       log.warn('database unavailable', { requestId: ctx.requestId, reason: err.message })
     } else {
@@ -90,13 +98,15 @@ async function handle(
   res.writeHead(status, headers)
   res.end(body)
 
+  const ms = performance.now() - started
+  metrics.requestAnswered(method, routeLabel, status, ms / 1000)
   const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
   log[level]('request', {
     requestId: ctx.requestId,
     method,
     path,
     status,
-    durationMs: Math.round((performance.now() - started) * 100) / 100,
+    durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,
     tokenName: ctx.tokenName,
   })

@@ -1,12 +1,14 @@
+import type { IncomingMessage } from 'node:http'
 import { authenticate } from '../auth/authenticate.ts'
 import type { TokenCache } from '../auth/token-cache.ts'
-import { withDeadline } from '../db/unavailable.ts'
-import { failure } from '../errors.ts'
+import { DatabaseUnavailable, withDeadline } from '../db/unavailable.ts'
+import { type Failure, failure } from '../errors.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
 import { type Handler, reply } from '../http/types.ts'
+import type { CreateOutcomeLabel } from '../metrics.ts'
 import { parseJsonBody } from './parse-json.ts'
 import type { PlantStore } from './repository.ts'
-import { validateNewPlant } from './schema.ts'
+import { type NewPlant, validateNewPlant } from './schema.ts'
 
 /** Dependencies of `POST /plants`. */
 export type CreatePlantDeps = {
@@ -14,6 +16,22 @@ export type CreatePlantDeps = {
   readonly store: PlantStore
   /** How long a request waits for the database before it is answered 503. */
   readonly databaseDeadlineMs: number
+  /** Hears how each create with valid credentials ended (for the metrics). */
+  readonly createAnswered?: (outcome: CreateOutcomeLabel) => void
+}
+
+/** The content type, size, JSON and NewPlant checks, in the contract's order. */
+async function readNewPlant(
+  req: IncomingMessage,
+): Promise<{ kind: 'valid'; plant: NewPlant } | Failure> {
+  const badHeaders = checkContentHeaders(req.headers)
+  if (badHeaders) return badHeaders
+  const body = await readBody(req)
+  if (!(body instanceof Uint8Array)) return body
+  const parsed = parseJsonBody(body)
+  if ('kind' in parsed) return parsed
+  const valid = validateNewPlant(parsed.value)
+  return valid.ok ? { kind: 'valid', plant: valid.plant } : failure(40005, valid.message)
 }
 
 /**
@@ -24,25 +42,26 @@ export function createPlantHandler({
   tokens,
   store,
   databaseDeadlineMs,
+  createAnswered = () => {},
 }: CreatePlantDeps): Handler {
   return async (req, ctx) => {
     const tokenName = authenticate(req, tokens)
     if (typeof tokenName !== 'string') return tokenName
     ctx.tokenName = tokenName
 
-    const badHeaders = checkContentHeaders(req.headers)
-    if (badHeaders) return badHeaders
-    const body = await readBody(req)
-    if (!(body instanceof Uint8Array)) return body
-    const parsed = parseJsonBody(body)
-    if ('kind' in parsed) return parsed
-    const valid = validateNewPlant(parsed.value)
-    if (!valid.ok) return failure(40005, valid.message)
-
+    const read = await readNewPlant(req)
+    if (read.kind === 'failure') {
+      createAnswered('invalid')
+      return read
+    }
     const outcome = await withDeadline(
-      store.create(valid.plant, tokenName, performance.now() + databaseDeadlineMs),
+      store.create(read.plant, tokenName, performance.now() + databaseDeadlineMs),
       databaseDeadlineMs,
-    )
+    ).catch((err: unknown) => {
+      if (err instanceof DatabaseUnavailable) createAnswered('unavailable')
+      throw err
+    })
+    createAnswered(outcome.kind === 'failure' ? 'conflict' : outcome.kind)
     return outcome.kind === 'failure' ? outcome : reply(outcome.plant)
   }
 }

@@ -58,11 +58,13 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
 /**
  * The PostgreSQL plant store. Creates that arrive while statements are in flight are coalesced
  * into one multi-row statement (one commit for all of them), yet each request gets its own
- * outcome: created, retry or conflict.
+ * outcome: created, retry or conflict. `statementRan` hears of every batch stored: its rows and
+ * seconds.
  */
 export function createPlantRepository(
   sql: Sql,
   limits: BatchLimits = defaultBatchLimits,
+  statementRan: (rows: number, seconds: number) => void = () => {},
 ): PlantStore {
   const queue: Pending[] = []
   let inFlight = 0
@@ -120,8 +122,10 @@ export function createPlantRepository(
   }
 
   async function run(batch: Pending[]): Promise<void> {
+    const started = performance.now()
     try {
       const outcomes = await storeBatch(batch)
+      statementRan(batch.length, (performance.now() - started) / 1000)
       batch.forEach((p, i) => {
         const outcome = outcomes[i]
         if (outcome) p.resolve(outcome)
@@ -146,7 +150,9 @@ export function createPlantRepository(
     let expired = 0
     while (expired < queue.length && (queue[expired]?.expiresAt ?? now) < now) expired++
     for (const p of queue.splice(0, expired)) {
-      p.reject(new DatabaseUnavailable('gave up waiting for a database statement'))
+      p.reject(
+        new DatabaseUnavailable('gave up waiting for a database statement', { reason: 'deadline' }),
+      )
     }
     while (inFlight < limits.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, limits.maxBatch)
@@ -173,7 +179,9 @@ export function createPlantRepository(
   ): Promise<CreateOutcome> {
     if (queue.length >= limits.maxQueued) {
       return Promise.reject(
-        new DatabaseUnavailable(`more than ${limits.maxQueued} creates are waiting`),
+        new DatabaseUnavailable(`more than ${limits.maxQueued} creates are waiting`, {
+          reason: 'queue_full',
+        }),
       )
     }
     return new Promise<CreateOutcome>((resolve, reject) => {

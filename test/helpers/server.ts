@@ -4,6 +4,7 @@ import { createTokenCache, type TokenCache } from '../../src/auth/token-cache.ts
 import { createToken } from '../../src/auth/token-repository.ts'
 import { createSql } from '../../src/db/sql.ts'
 import { createLog } from '../../src/log.ts'
+import { createMetrics, type Metrics, noMetrics } from '../../src/metrics.ts'
 import {
   type BatchLimits,
   createPlantRepository,
@@ -17,6 +18,8 @@ export type TestServer = {
   readonly db: TestDatabase
   readonly tokens: TokenCache
   readonly store: PlantStore
+  /** The service's metrics, as `GET /metrics` shows them. */
+  readonly metrics: Metrics
   /** Every log line the service wrote, parsed. */
   readonly logs: Record<string, unknown>[]
   /** A valid token (named `test`). */
@@ -42,16 +45,27 @@ export async function startTestServer(
     db,
     connectTo,
     batchLimits,
-  }: { db?: TestDatabase; connectTo?: (url: string) => string; batchLimits?: BatchLimits } = {},
+    metrics: withMetrics = true,
+  }: {
+    db?: TestDatabase
+    connectTo?: (url: string) => string
+    batchLimits?: BatchLimits
+    /** As METRICS=on (the default) or off. */
+    metrics?: boolean
+  } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
   const logs: Record<string, unknown>[] = []
   const log = createLog('debug', (line) => logs.push(JSON.parse(line) as Record<string, unknown>))
-  const sql = createSql(connectTo ? connectTo(database.url) : database.url, log)
+  const metrics = withMetrics ? createMetrics() : noMetrics
+  const sql = createSql(connectTo ? connectTo(database.url) : database.url, log, {
+    connectionOpened: metrics.connectionOpened,
+    connectionClosed: metrics.connectionClosed,
+  })
   const tokens = createTokenCache(sql, log)
   await tokens.start()
-  const store = createPlantRepository(sql, batchLimits)
-  const server = createApp({ sql, store, tokens, log })
+  const store = createPlantRepository(sql, batchLimits, metrics.statementRan)
+  const server = createApp({ sql, store, tokens, log, metrics })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.after(async () => {
     server.closeAllConnections()
@@ -74,6 +88,7 @@ export async function startTestServer(
     db: database,
     tokens,
     store,
+    metrics,
     logs,
     token,
     newToken,

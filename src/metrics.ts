@@ -1,0 +1,197 @@
+import { readFileSync } from 'node:fs'
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import type { UnavailableReason } from './db/unavailable.ts'
+import type { Handler } from './http/types.ts'
+
+/** How a create ended, as the client saw it. */
+export type CreateOutcomeLabel = 'created' | 'retry' | 'conflict' | 'invalid' | 'unavailable'
+
+/** Where the gauges read their values when Prometheus scrapes. */
+export type MetricSources = {
+  readonly queue: () => { queued: number; inFlight: number }
+  readonly tokens: () => { valid: number; loadedAt: number | undefined }
+}
+
+/** The service's metrics: what the adapter, the store and the pool report, and `GET /metrics`. */
+export type Metrics = {
+  readonly requestAnswered: (method: string, route: string, status: number, seconds: number) => void
+  readonly createAnswered: (outcome: CreateOutcomeLabel) => void
+  readonly statementRan: (rows: number, seconds: number) => void
+  readonly unavailable: (reason: UnavailableReason) => void
+  readonly connectionOpened: () => void
+  readonly connectionClosed: () => void
+  readonly watch: (sources: MetricSources) => void
+  /** `GET /metrics`: the Prometheus text exposition; `undefined` when metrics are off. */
+  readonly handler: Handler | undefined
+}
+
+const nothing = () => {}
+
+/** Metrics turned off (METRICS=off): every report is a no-op and there is no `/metrics`. */
+export const noMetrics: Metrics = Object.freeze({
+  requestAnswered: nothing,
+  createAnswered: nothing,
+  statementRan: nothing,
+  unavailable: nothing,
+  connectionOpened: nothing,
+  connectionClosed: nothing,
+  watch: nothing,
+  handler: undefined,
+})
+
+const createOutcomes: readonly CreateOutcomeLabel[] = [
+  'created',
+  'retry',
+  'conflict',
+  'invalid',
+  'unavailable',
+]
+const unavailableReasons: readonly UnavailableReason[] = ['queue_full', 'deadline', 'database']
+
+function runtime(): { runtime: string; runtime_version: string } {
+  const deno = (globalThis as { Deno?: { version: { deno: string } } }).Deno
+  return deno
+    ? { runtime: 'deno', runtime_version: deno.version.deno }
+    : { runtime: 'node', runtime_version: process.versions.node }
+}
+
+const version = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    version: string
+  }
+).version
+
+/**
+ * Creates the metrics of one service instance in a registry of its own, with Node's default
+ * process metrics (event-loop lag, heap, GC, handles). Counters are created with every label
+ * value at zero, so that `rate()` and alerts see a series before its first event.
+ */
+export function createMetrics(): Metrics {
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  // These three gauges break the naming rule promtool checks (_total is for counters); the same
+  // numbers remain, by type, in nodejs_active_handles, _requests and _resources: sum() them.
+  for (const name of [
+    'nodejs_active_handles_total',
+    'nodejs_active_requests_total',
+    'nodejs_active_resources_total',
+  ])
+    registry.removeSingleMetric(name)
+  const registers = [registry]
+
+  new Gauge({
+    name: 'plant_store_build_info',
+    help: 'Always 1; the labels name the service version and the runtime',
+    labelNames: ['version', 'runtime', 'runtime_version'],
+    registers,
+  }).set({ version, ...runtime() }, 1)
+
+  const requests = new Counter({
+    name: 'plant_store_http_requests_total',
+    help: 'HTTP requests answered, by method, route pattern (unmatched for an unknown path) and status',
+    labelNames: ['method', 'route', 'status'],
+    registers,
+  })
+  const duration = new Histogram({
+    name: 'plant_store_http_request_duration_seconds',
+    help: 'Time from a request arriving to its answer being written, by route pattern',
+    labelNames: ['route'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 6, 10],
+    registers,
+  })
+  const creates = new Counter({
+    name: 'plant_store_creates_total',
+    help: 'POST /plants answers by outcome: created, retry (same id and contents), conflict (40009), invalid (40001-40005), unavailable (503)',
+    labelNames: ['outcome'],
+    registers,
+  })
+  for (const outcome of createOutcomes) creates.inc({ outcome }, 0)
+  const rows = new Histogram({
+    name: 'plant_store_create_batch_rows',
+    help: 'Rows per insert statement: concurrent creates share one statement and one commit',
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+    registers,
+  })
+  const statements = new Histogram({
+    name: 'plant_store_create_statement_duration_seconds',
+    help: 'Time of one batch of creates in the database (insert, and the look-up of ids that existed)',
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+    registers,
+  })
+  const unavailable = new Counter({
+    name: 'plant_store_database_unavailable_total',
+    help: 'Requests answered 503 because of the database: queue_full (too many creates waiting), deadline (no answer within 6 s), database (connection lost or refused, statement timeout)',
+    labelNames: ['reason'],
+    registers,
+  })
+  for (const reason of unavailableReasons) unavailable.inc({ reason }, 0)
+  const opened = new Counter({
+    name: 'plant_store_database_connections_opened_total',
+    help: 'Database connections opened by the pool; more than the pool size means reconnects',
+    registers,
+  })
+  const closed = new Counter({
+    name: 'plant_store_database_connections_closed_total',
+    help: 'Database connections of the pool closed: lost, or idle for 60 s',
+    registers,
+  })
+
+  let sources: MetricSources | undefined
+  new Gauge({
+    name: 'plant_store_create_queue_waiting',
+    help: 'Creates waiting for a statement (at most 10,000; beyond, creates are refused 503)',
+    registers,
+    collect() {
+      this.set(sources?.queue().queued ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'plant_store_create_statements_in_flight',
+    help: 'Insert statements running in the database (at most 2)',
+    registers,
+    collect() {
+      this.set(sources?.queue().inFlight ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'plant_store_token_cache_tokens',
+    help: 'Valid (not revoked) API tokens in this instance’s cache',
+    registers,
+    collect() {
+      this.set(sources?.tokens().valid ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'plant_store_token_cache_age_seconds',
+    help: 'Seconds since the token cache last reloaded successfully (reloads on every change, and every 30 s)',
+    registers,
+    collect() {
+      const loadedAt = sources?.tokens().loadedAt
+      this.set(loadedAt === undefined ? Number.NaN : (Date.now() - loadedAt) / 1000)
+    },
+  })
+
+  return Object.freeze({
+    requestAnswered(method: string, route: string, status: number, seconds: number) {
+      requests.inc({ method, route, status })
+      duration.observe({ route }, seconds)
+    },
+    createAnswered: (outcome: CreateOutcomeLabel) => creates.inc({ outcome }),
+    statementRan(batchRows: number, seconds: number) {
+      rows.observe(batchRows)
+      statements.observe(seconds)
+    },
+    unavailable: (reason: UnavailableReason) => unavailable.inc({ reason }),
+    connectionOpened: () => opened.inc(),
+    connectionClosed: () => closed.inc(),
+    watch(given: MetricSources) {
+      sources = given
+    },
+    handler: async () => ({
+      kind: 'content' as const,
+      type: registry.contentType,
+      body: Buffer.from(await registry.metrics()),
+      cacheControl: 'no-store',
+    }),
+  })
+}

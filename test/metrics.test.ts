@@ -1,0 +1,148 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { tokenDigest } from '../src/auth/tokens.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+
+/** The value of one series in an exposition, e.g. `plant_store_creates_total{outcome="created"}`. */
+function valueOf(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `))
+  assert.ok(line, `${series} is missing`)
+  return Number(line.slice(series.length + 1))
+}
+
+async function scrape(base: string): Promise<string> {
+  const res = await fetch(`${base}/metrics`)
+  assert.equal(res.status, 200)
+  return res.text()
+}
+
+describe('GET /metrics (Prometheus text exposition)', () => {
+  test('is served without a token, as Prometheus text, never cached, HEAD too', async () => {
+    const s = await startTestServer({ after })
+    const res = await fetch(`${s.base}/metrics`)
+    assert.equal(res.status, 200)
+    assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/)
+    assert.equal(res.headers.get('cache-control'), 'no-store')
+    const text = await res.text()
+    assert.match(text, /^# HELP /m)
+    assert.match(
+      text,
+      /^plant_store_build_info\{version="1\.0\.0",runtime="node",runtime_version="[\d.]+"\} 1$/m,
+    )
+    for (const name of [
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_gc_duration_seconds',
+      'nodejs_active_handles',
+      'process_cpu_seconds_total',
+    ])
+      assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), name)
+    const head = await fetch(`${s.base}/metrics`, { method: 'HEAD' })
+    assert.equal(head.status, 200)
+    assert.equal((await head.arrayBuffer()).byteLength, 0)
+  })
+
+  test('creates move the counter of their outcome; each batch statement is observed', async () => {
+    const s = await startTestServer({ after })
+    const before = await scrape(s.base)
+    const id = uniqueId()
+    assert.equal((await s.post({ id, name: 'counted' })).status, 200)
+    assert.equal((await s.post({ id, name: 'counted' })).status, 200)
+    assert.equal((await s.post({ id, name: 'other' })).status, 400)
+    assert.equal((await s.post({ id: 1.5, name: 'x' })).status, 400)
+    assert.equal((await s.post('{')).status, 400)
+    assert.equal((await s.post({ id, name: 'x' }, { token: 'pst_unknown' })).status, 401)
+    const text = await scrape(s.base)
+    // A series appears with its first event; before it, it counts as 0.
+    const moved = (series: string) =>
+      valueOf(text, series) - (before.includes(`\n${series} `) ? valueOf(before, series) : 0)
+    assert.equal(moved('plant_store_creates_total{outcome="created"}'), 1)
+    assert.equal(moved('plant_store_creates_total{outcome="retry"}'), 1)
+    assert.equal(moved('plant_store_creates_total{outcome="conflict"}'), 1)
+    assert.equal(moved('plant_store_creates_total{outcome="invalid"}'), 2, 'a 401 is no create')
+    assert.equal(moved('plant_store_creates_total{outcome="unavailable"}'), 0)
+    assert.equal(moved('plant_store_create_batch_rows_count'), 3)
+    assert.equal(moved('plant_store_create_batch_rows_sum'), 3)
+    assert.equal(moved('plant_store_create_statement_duration_seconds_count'), 3)
+    assert.equal(
+      moved('plant_store_http_requests_total{method="POST",route="/plants",status="400"}'),
+      3,
+    )
+    assert.equal(
+      moved('plant_store_http_requests_total{method="POST",route="/plants",status="401"}'),
+      1,
+    )
+  })
+
+  test('concurrent creates share statements: the rows histogram counts more rows than statements', async () => {
+    const s = await startTestServer({ after })
+    await Promise.all(
+      Array.from({ length: 200 }, () => s.post({ id: uniqueId(), name: 'together' })),
+    )
+    const text = await scrape(s.base)
+    const rows = valueOf(text, 'plant_store_create_batch_rows_sum')
+    const statements = valueOf(text, 'plant_store_create_batch_rows_count')
+    assert.equal(rows, 200)
+    assert.ok(statements < rows, `${statements} statements for ${rows} rows`)
+  })
+
+  test('routes are labelled by pattern: every unknown path is one series', async () => {
+    const s = await startTestServer({ after })
+    for (const path of ['/nowhere', '/plants/', `/x/${uniqueId()}`])
+      await (await fetch(`${s.base}${path}`)).arrayBuffer()
+    await (await fetch(`${s.base}/plants`)).arrayBuffer()
+    const text = await scrape(s.base)
+    assert.equal(
+      valueOf(text, 'plant_store_http_requests_total{method="GET",route="unmatched",status="404"}'),
+      3,
+    )
+    assert.equal(
+      valueOf(text, 'plant_store_http_requests_total{method="GET",route="/plants",status="405"}'),
+      1,
+    )
+    assert.doesNotMatch(text, /route="\/(nowhere|x\/)/)
+  })
+
+  test('a full queue is counted as unavailable, with its reason', async () => {
+    const s = await startTestServer(
+      { after },
+      { batchLimits: { maxBatch: 10, maxInFlight: 1, maxQueued: 0 } },
+    )
+    const res = await s.post({ id: uniqueId(), name: 'refused' })
+    assert.equal(res.status, 503)
+    const text = await scrape(s.base)
+    assert.equal(valueOf(text, 'plant_store_creates_total{outcome="unavailable"}'), 1)
+    assert.equal(valueOf(text, 'plant_store_database_unavailable_total{reason="queue_full"}'), 1)
+  })
+
+  test('the token cache: how many tokens are valid and how old its last reload is, never a token or digest', async () => {
+    const s = await startTestServer({ after })
+    const second = await s.newToken(`metrics-${uniqueId()}`)
+    const text = await scrape(s.base)
+    const [{ count }] = (await s.db
+      .sql`select count(*)::int as count from api_tokens where revoked_at is null`) as unknown as [
+      { count: number },
+    ]
+    assert.equal(valueOf(text, 'plant_store_token_cache_tokens'), count)
+    const age = valueOf(text, 'plant_store_token_cache_age_seconds')
+    assert.ok(age >= 0 && age < 30, `age ${age}`)
+    for (const token of [s.token, second]) {
+      assert.ok(!text.includes(token))
+      assert.ok(!text.includes(tokenDigest(token).toString('hex')))
+    }
+  })
+
+  test('the pool reports the connections it opened', async () => {
+    const s = await startTestServer({ after })
+    await s.post({ id: uniqueId(), name: 'connect' })
+    assert.ok(valueOf(await scrape(s.base), 'plant_store_database_connections_opened_total') >= 1)
+  })
+
+  test('METRICS=off: no /metrics (40401), and the API answers as before', async () => {
+    const s = await startTestServer({ after }, { metrics: false })
+    const res = await fetch(`${s.base}/metrics`)
+    assert.equal(res.status, 404)
+    assert.equal(((await res.json()) as { error: number }).error, 40401)
+    assert.equal((await s.post({ id: uniqueId(), name: 'no metrics' })).status, 200)
+  })
+})
