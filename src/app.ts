@@ -21,10 +21,19 @@ export type AppDeps = {
   readonly log: Log
   /** The metrics (`GET /metrics` when on); none by default. */
   readonly metrics?: Metrics
+  /** Keep or start a W3C trace context per request (default true). */
+  readonly traceContext?: boolean
 }
 
 /** The one place where the HTTP server is assembled: the route table and its handlers. */
-export function createApp({ sql, store, tokens, log, metrics = noMetrics }: AppDeps): Server {
+export function createApp({
+  sql,
+  store,
+  tokens,
+  log,
+  metrics = noMetrics,
+  traceContext = true,
+}: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({ queue: store.load, tokens: tokens.state })
   const route = createRouter([
@@ -44,5 +53,5 @@ export function createApp({ sql, store, tokens, log, metrics = noMetrics }: AppD
     ...createDocsRoutes(),
     ...(metrics.handler ? [{ method: 'GET', path: '/metrics', handler: metrics.handler }] : []),
   ])
-  return createHttpServer({ route, log, metrics })
+  return createHttpServer({ route, log, metrics, traceContext })
 }

@@ -11,6 +11,7 @@ export const settings = {
   HOST: { default: '127.0.0.1' },
   LOG_LEVEL: { default: 'info' },
   METRICS: { default: 'on' },
+  TRACE_CONTEXT: { default: 'on' },
 } as const
 
 const onOff = v.pipe(
@@ -43,6 +44,7 @@ const EnvSchema = v.object({
   HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
   METRICS: onOff,
+  TRACE_CONTEXT: onOff,
 })
 
 /** The validated, frozen settings of one process. */
@@ -53,6 +55,8 @@ export type Config = Readonly<{
   logLevel: LogLevel
   /** Serve GET /metrics and keep the counters behind it. */
   metrics: boolean
+  /** Keep or start a W3C trace context per request: `traceparent` and the log's trace ids. */
+  traceContext: boolean
 }>
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
@@ -88,5 +92,6 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     host: out.HOST,
     logLevel: out.LOG_LEVEL,
     metrics: out.METRICS,
+    traceContext: out.TRACE_CONTEXT,
   })
 }

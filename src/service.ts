@@ -71,6 +71,7 @@ export async function startService(
       tokens,
       log,
       metrics,
+      traceContext: config.traceContext,
     })
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject)

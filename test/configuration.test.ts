@@ -4,7 +4,7 @@ import { ConfigError, parseConfig } from '../src/config.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
-  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics on', () => {
+  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on', () => {
     assert.deepEqual(
       { ...parseConfig({}) },
       {
@@ -13,6 +13,7 @@ describe('configuration', () => {
         host: '127.0.0.1',
         logLevel: 'info',
         metrics: true,
+        traceContext: true,
       },
     )
   })
@@ -24,6 +25,7 @@ describe('configuration', () => {
       HOST: '0.0.0.0',
       LOG_LEVEL: '',
       METRICS: 'off',
+      TRACE_CONTEXT: 'off',
     })
     assert.deepEqual(
       { ...config },
@@ -33,6 +35,7 @@ describe('configuration', () => {
         host: '0.0.0.0',
         logLevel: 'info',
         metrics: false,
+        traceContext: false,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -47,6 +50,7 @@ describe('configuration', () => {
     ['DATABASE_URL', 'not a url'],
     ['HOST', 'two words'],
     ['METRICS', 'yes'],
+    ['TRACE_CONTEXT', 'false'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

@@ -21,13 +21,45 @@ export type HttpOptions = {
   readonly log: Log
   /** Hears of every request answered, and of every 503 for the database. */
   readonly metrics?: Pick<Metrics, 'requestAnswered' | 'unavailable'>
+  /** Keep or start a W3C trace context per request (default true). */
+  readonly traceContext?: boolean
+}
+
+// W3C Trace Context: version-traceid-parentid-flags. Version ff is invalid; version 00 has
+// exactly these four fields; a later version may add fields after a dash.
+const traceparentPattern = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-|$)/
+const zeroTraceId = '0'.repeat(32)
+const zeroSpanId = '0'.repeat(16)
+
+type Trace = { traceId: string; parentId: string | undefined; spanId: string; flags: string }
+
+/** The request's trace: the caller's trace id when its `traceparent` is valid, else a new one. */
+function traceOf(header: string | string[] | undefined): Trace {
+  // randomUUID draws from a cache of random bytes: cheaper than randomBytes per request.
+  const spanId = randomUUID().replaceAll('-', '').slice(0, 16)
+  const m = typeof header === 'string' ? traceparentPattern.exec(header) : null
+  if (
+    m?.[2] !== undefined &&
+    m[1] !== 'ff' &&
+    !(m[1] === '00' && header?.length !== 55) &&
+    m[2] !== zeroTraceId &&
+    m[3] !== zeroSpanId
+  ) {
+    return { traceId: m[2], parentId: m[3], spanId, flags: m[4] ?? '00' }
+  }
+  return { traceId: randomUUID().replaceAll('-', ''), parentId: undefined, spanId, flags: '00' }
 }
 
 /**
  * The HTTP adapter: assigns the request id, routes, turns every outcome (and every throw) into a
  * JSON response, and writes one log line per request.
  */
-export function createHttpServer({ route, log, metrics = noMetrics }: HttpOptions): Server {
+export function createHttpServer({
+  route,
+  log,
+  metrics = noMetrics,
+  traceContext = true,
+}: HttpOptions): Server {
   const server = createServer(
     {
       headersTimeout: timeLimits.headers,
@@ -39,7 +71,7 @@ export function createHttpServer({ route, log, metrics = noMetrics }: HttpOption
     (req, res) => {
       // handle() answers every outcome itself; this only keeps a fault in writing the answer
       // from becoming an unhandled rejection, which would end the process.
-      handle(req, res, route, log, metrics).catch((err: unknown) => {
+      handle(req, res, route, log, metrics, traceContext).catch((err: unknown) => {
         log.error('failed to answer a request', {
           error: err instanceof Error ? err.message : String(err),
         })
@@ -56,6 +88,7 @@ async function handle(
   route: HttpOptions['route'],
   log: Log,
   metrics: NonNullable<HttpOptions['metrics']>,
+  traceContext: boolean,
 ): Promise<void> {
   const started = performance.now()
   const given = req.headers['x-request-id']
@@ -67,6 +100,8 @@ async function handle(
   const url = req.url ?? '/'
   const q = url.indexOf('?')
   const path = q === -1 ? url : url.slice(0, q)
+
+  const trace = traceContext ? traceOf(req.headers.traceparent) : undefined
 
   let outcome: Outcome
   // The route pattern, never the raw path: every unknown path is one label value.
@@ -92,6 +127,7 @@ async function handle(
   const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
   const { status, headers, body } = answer
   headers['x-request-id'] = ctx.requestId
+  if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
   // connection is closed after the response instead.
   if (!req.complete) headers.connection = 'close'
@@ -109,6 +145,9 @@ async function handle(
     durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,
     tokenName: ctx.tokenName,
+    traceId: trace?.traceId,
+    spanId: trace?.spanId,
+    parentSpanId: trace?.parentId,
   })
 }
 

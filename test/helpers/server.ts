@@ -46,12 +46,15 @@ export async function startTestServer(
     connectTo,
     batchLimits,
     metrics: withMetrics = true,
+    traceContext = true,
   }: {
     db?: TestDatabase
     connectTo?: (url: string) => string
     batchLimits?: BatchLimits
     /** As METRICS=on (the default) or off. */
     metrics?: boolean
+    /** As TRACE_CONTEXT=on (the default) or off. */
+    traceContext?: boolean
   } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
@@ -65,7 +68,7 @@ export async function startTestServer(
   const tokens = createTokenCache(sql, log)
   await tokens.start()
   const store = createPlantRepository(sql, batchLimits, metrics.statementRan)
-  const server = createApp({ sql, store, tokens, log, metrics })
+  const server = createApp({ sql, store, tokens, log, metrics, traceContext })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.after(async () => {
     server.closeAllConnections()
