@@ -1,0 +1,119 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { after, describe, test } from 'node:test'
+import { freePort } from '../src/db/embedded.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+import { tempDir } from './helpers/temp-dir.ts'
+import { within } from './helpers/wait.ts'
+
+// Debian's prometheus package ships both. Outside CI a machine without them skips these tests;
+// in CI their absence is a failure (.ci/run installs them).
+const prometheus = process.env.PROMETHEUS_PATH || '/usr/bin/prometheus'
+const promtool = process.env.PROMTOOL_PATH || '/usr/bin/promtool'
+const present = existsSync(prometheus) && existsSync(promtool)
+const skip = !present && !process.env.CI ? `no Prometheus at ${prometheus}` : false
+
+/** The example queries of the README's Observability section. */
+const readmeQueries = [
+  'sum by (status) (rate(plant_store_http_requests_total[5m]))',
+  'histogram_quantile(0.99, sum by (le) (rate(plant_store_http_request_duration_seconds_bucket{route="/plants"}[5m])))',
+]
+
+function run(command: string, args: string[], input: string) {
+  return new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] })
+    let output = ''
+    child.stdout.on('data', (c: Buffer) => {
+      output += c.toString()
+    })
+    child.stderr.on('data', (c: Buffer) => {
+      output += c.toString()
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, output }))
+    child.stdin.end(input)
+  })
+}
+
+describe('the metrics, read by the real Prometheus tools', () => {
+  test('the exposition passes promtool check metrics', { skip }, async () => {
+    assert.ok(present, `CI needs ${promtool} (apt-get install prometheus)`)
+    const s = await startTestServer({ after })
+    await s.post({ id: uniqueId(), name: 'checked' })
+    await s.post('{')
+    const text = await (await fetch(`${s.base}/metrics`)).text()
+    const { code, output } = await run(promtool, ['check', 'metrics'], text)
+    assert.equal(output.trim(), '')
+    assert.equal(code, 0)
+  })
+
+  test('a real Prometheus scrapes the service and its query API returns the creates the test made', {
+    skip,
+  }, async () => {
+    assert.ok(present, `CI needs ${prometheus} (apt-get install prometheus)`)
+    const s = await startTestServer({ after })
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-prometheus-')
+    const target = new URL(s.base).host
+    await writeFile(
+      join(dir, 'prometheus.yml'),
+      [
+        'global: { scrape_interval: 1s, evaluation_interval: 1s }',
+        'scrape_configs:',
+        '  - job_name: plant-store',
+        `    static_configs: [{ targets: ["${target}"] }]`,
+        '',
+      ].join('\n'),
+    )
+    const port = await freePort()
+    const server = spawn(
+      prometheus,
+      [
+        `--config.file=${join(dir, 'prometheus.yml')}`,
+        `--storage.tsdb.path=${join(dir, 'data')}`,
+        `--web.listen-address=127.0.0.1:${port}`,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    )
+    let log = ''
+    server.stderr.on('data', (c: Buffer) => {
+      log += c.toString()
+    })
+    const exited = new Promise((r) => server.on('exit', r))
+    tmp.after(async () => {
+      server.kill('SIGTERM')
+      await exited
+    })
+    const api = `http://127.0.0.1:${port}`
+    const query = async (promql: string) => {
+      const res = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)
+      return (await res.json()) as {
+        status: string
+        data: { result: { metric: Record<string, string>; value: [number, string] }[] }
+      }
+    }
+    await within(
+      30_000,
+      async () => (await fetch(`${api}/-/ready`).catch(() => undefined))?.ok === true,
+    ).catch(() => {
+      throw new Error(`Prometheus did not become ready: ${log.slice(-2000)}`)
+    })
+
+    const creates = 7
+    for (let i = 0; i < creates; i++)
+      assert.equal((await s.post({ id: uniqueId(), name: `scraped ${i}` })).status, 200)
+    const waited = await within(30_000, async () => {
+      const { data } = await query('plant_store_creates_total{job="plant-store",outcome="created"}')
+      return data.result[0]?.value[1] === String(creates)
+    })
+    process.stderr.write(
+      `# Prometheus read back ${creates} creates ${Math.round(waited)} ms after they were made\n`,
+    )
+    const { data } = await query('up{job="plant-store"}')
+    assert.equal(data.result[0]?.value[1], '1')
+    for (const promql of readmeQueries)
+      assert.equal((await query(promql)).status, 'success', promql)
+  })
+})
