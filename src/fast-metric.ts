@@ -1,0 +1,95 @@
+import type { Metric } from 'prom-client'
+
+/** A counter or histogram whose updates cost a map look-up and an array update. */
+export type FastSeries<L extends string> = {
+  /** Registered in a prom-client registry, which formats it with the rest. */
+  readonly metric: Metric<L>
+}
+
+type Value = { metricName?: string; labels: Record<string, string | number>; value: number }
+
+// prom-client's own counters and histograms validate and hash their label object on every
+// update (about 1 µs per request for the two per-request metrics, 2 % of a request here). These
+// keep plain numbers per label set and hand prom-client the values only when it is scraped.
+function registryMetric<L extends string>(
+  name: string,
+  help: string,
+  type: 'counter' | 'histogram',
+  values: () => Value[],
+): Metric<L> {
+  const get = async () => ({ name, help, type, aggregator: 'sum' as const, values: values() })
+  return { name, help, type, aggregator: 'sum', get } as unknown as Metric<L>
+}
+
+/** A counter with labels, e.g. requests by method, route and status. */
+export function fastCounter<L extends string>(
+  name: string,
+  help: string,
+  labelNames: readonly L[],
+) {
+  const series = new Map<string, { labels: Record<string, string>; value: number }>()
+  return {
+    metric: registryMetric<L>(name, help, 'counter', () =>
+      [...series.values()].map(({ labels, value }) => ({ labels, value })),
+    ),
+    /** Adds one to the series of these label values (in the order of `labelNames`). */
+    inc(...values: string[]) {
+      const key = values.join('\u0000')
+      const found = series.get(key)
+      if (found) found.value++
+      else
+        series.set(key, {
+          labels: Object.fromEntries(labelNames.map((n, i) => [n, values[i] ?? ''])),
+          value: 1,
+        })
+    },
+  }
+}
+
+/** A histogram by one label, e.g. request duration by route. */
+export function fastHistogram<L extends string>(
+  name: string,
+  help: string,
+  labelName: L,
+  buckets: readonly number[],
+) {
+  type Series = { counts: Float64Array; sum: number; count: number }
+  const series = new Map<string, Series>()
+  return {
+    metric: registryMetric<L>(name, help, 'histogram', () =>
+      [...series.entries()].flatMap(([label, s]) => {
+        let cumulative = 0
+        const out: Value[] = buckets.map((le, i) => {
+          cumulative += s.counts[i] ?? 0
+          return {
+            metricName: `${name}_bucket`,
+            labels: { le, [labelName]: label },
+            value: cumulative,
+          }
+        })
+        out.push(
+          {
+            metricName: `${name}_bucket`,
+            labels: { le: '+Inf', [labelName]: label },
+            value: s.count,
+          },
+          { metricName: `${name}_sum`, labels: { [labelName]: label }, value: s.sum },
+          { metricName: `${name}_count`, labels: { [labelName]: label }, value: s.count },
+        )
+        return out
+      }),
+    ),
+    observe(label: string, value: number) {
+      let s = series.get(label)
+      if (s === undefined) {
+        s = { counts: new Float64Array(buckets.length), sum: 0, count: 0 }
+        series.set(label, s)
+      }
+      let i = 0
+      while (i < buckets.length && value > (buckets[i] ?? 0)) i++
+      if (i < buckets.length) s.counts[i] = (s.counts[i] ?? 0) + 1
+      s.sum += value
+      s.count++
+    },
+  }
+}
