@@ -59,3 +59,45 @@ ${parts.join('\n')}
 </svg>
 `
 }
+
+/** Rows per insert statement at each level, as the service's own metrics report them. */
+export function renderBatchChart(
+  levels: readonly { connections: number; rowsPerStatement: number; serviceRps: number }[],
+): string {
+  const width = 560
+  const height = 340
+  const left = 70
+  const bottom = 260
+  const top = 70
+  const most = Math.max(...levels.map((l) => l.rowsPerStatement))
+  const scale = Math.max(5, Math.ceil((most * 1.15) / 5) * 5)
+  const y = (v: number) => bottom - ((bottom - top) * v) / scale
+  const groupWidth = (width - left - 30) / levels.length
+  const bar = groupWidth / 2
+  const parts: string[] = []
+  for (let i = 0; i <= 4; i++) {
+    const v = (scale * i) / 4
+    parts.push(
+      `<line x1="${left}" x2="${width - 20}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`,
+      `<text x="${left - 8}" y="${y(v) + 4}" text-anchor="end" font-size="12">${v.toFixed(v % 1 ? 1 : 0)}</text>`,
+    )
+  }
+  levels.forEach((l, i) => {
+    const x = left + i * groupWidth + groupWidth / 2
+    parts.push(
+      `<rect x="${x - bar / 2}" y="${y(l.rowsPerStatement)}" width="${bar}" height="${bottom - y(l.rowsPerStatement)}" fill="#1565c0"/>`,
+      `<text x="${x}" y="${y(l.rowsPerStatement) - 6}" text-anchor="middle" font-size="12">${l.rowsPerStatement.toFixed(1)}</text>`,
+      `<text x="${x}" y="${bottom + 20}" text-anchor="middle" font-size="13">${l.connections} connections</text>`,
+      `<text x="${x}" y="${bottom + 38}" text-anchor="middle" font-size="12">${Math.round(l.serviceRps).toLocaleString('en')} req/s</text>`,
+    )
+  })
+  const title = 'Rows per insert statement (plant_store_create_batch_rows), medians'
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" role="img">
+<title>${escapeXml(`${title}. ${levels.map((l) => `${l.connections} connections: ${l.rowsPerStatement.toFixed(1)} rows per statement`).join('; ')}`)}</title>
+<rect width="100%" height="100%" fill="white"/>
+<text x="${width / 2}" y="28" text-anchor="middle" font-size="15">${escapeXml(title)}</text>
+<text x="${width / 2}" y="50" text-anchor="middle" font-size="12" fill="#555">more connections, fuller statements: one commit serves many creates</text>
+${parts.join('\n')}
+</svg>
+`
+}

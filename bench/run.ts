@@ -1,8 +1,10 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --soak 60 --levels 16,64,256]
 // Starts the service against DATABASE_URL (or an embedded PostgreSQL in a temporary folder),
-// measures POST /plants at each level side by side with the driver-level single-insert ceiling,
-// then a long run at 64 connections; prints the figures and writes JSON and an SVG chart to
-// bench-results/.
+// measures POST /plants at each level side by side with the driver-level single-insert ceiling
+// (and reads the rows per insert statement from the service's /metrics), then the cost of
+// metrics and trace context at 64 connections (a second service with METRICS=off and
+// TRACE_CONTEXT=off, interleaved), then a long run at 64 connections; prints the figures and
+// writes JSON and SVG charts to bench-results/.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
@@ -16,7 +18,7 @@ import { freePort, startEmbedded } from '../src/db/embedded.ts'
 import { migrate } from '../src/db/migrate.ts'
 import { createLog } from '../src/log.ts'
 import { runCeiling } from './ceiling.ts'
-import { renderChart } from './chart.ts'
+import { renderBatchChart, renderChart } from './chart.ts'
 import { type LoadResult, quantile, runLoad } from './load.ts'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
@@ -50,16 +52,26 @@ function figures(r: LoadResult): Figures {
 const median = (xs: number[]) =>
   [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN
 
+/** CPU seconds (user and system) a process has used: /proc/PID/stat, in clock ticks of 10 ms. */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 function peakRssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
   return Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024
 }
 
-async function startServiceProcess(url: string): Promise<{ child: ChildProcess; base: string }> {
+async function startServiceProcess(
+  url: string,
+  settings: Record<string, string> = {},
+): Promise<{ child: ChildProcess; base: string }> {
   const port = await freePort()
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: url, PORT: String(port), LOG_LEVEL: 'info' },
+    env: { ...process.env, DATABASE_URL: url, PORT: String(port), LOG_LEVEL: 'info', ...settings },
     // The request log is written as in production, to a sink that costs nothing to read.
     stdio: ['ignore', 'ignore', 'inherit'],
   })
@@ -73,6 +85,17 @@ async function startServiceProcess(url: string): Promise<{ child: ChildProcess; 
     await new Promise((r) => setTimeout(r, 100))
   }
   throw new Error('the service did not become ready')
+}
+
+/** Rows and statements so far, from the service's plant_store_create_batch_rows histogram. */
+async function batchRows(base: string): Promise<{ rows: number; statements: number }> {
+  const text = await (await fetch(`${base}/metrics`)).text()
+  const value = (name: string) =>
+    Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN)
+  return {
+    rows: value('plant_store_create_batch_rows_sum'),
+    statements: value('plant_store_create_batch_rows_count'),
+  }
 }
 
 // The database: DATABASE_URL, or an embedded PostgreSQL that allows 256 driver connections.
@@ -122,12 +145,14 @@ type Row = {
   ratio: number
   rowsMatch: boolean
   rssMb: number
+  rowsPerStatement: number
 }
 const rows: Row[] = []
 for (let run = 1; run <= runs; run++) {
   for (const connections of levels) {
     await sql`truncate plants`
     const first = nextId
+    const batchesBefore = await batchRows(service.base)
     const s = await runLoad({
       base: service.base,
       token: created.token,
@@ -137,6 +162,10 @@ for (let run = 1; run <= runs; run++) {
       firstId: nextId,
     })
     nextId = s.nextId
+    const batchesAfter = await batchRows(service.base)
+    const rowsPerStatement =
+      (batchesAfter.rows - batchesBefore.rows) /
+      (batchesAfter.statements - batchesBefore.statements)
     const [{ count }] =
       (await sql`select count(*)::int as count from plants where id >= ${String(first)}::int8`) as unknown as [
         { count: number },
@@ -160,6 +189,7 @@ for (let run = 1; run <= runs; run++) {
       ratio: s.ok / s.seconds / (c.ok / c.seconds),
       rowsMatch: count === acknowledged,
       rssMb,
+      rowsPerStatement,
     }
     rows.push(row)
     const f = (n: number, w: number, d = 1) => n.toFixed(d).padStart(w)
@@ -168,6 +198,63 @@ for (let run = 1; run <= runs; run++) {
     )
   }
 }
+
+// The cost of metrics and trace context: the same load against two new services, one with both
+// off, interleaved (which goes first alternates), at 64 connections. Both are new because the
+// driver's CPU per statement grows with the statements a process has served (BENCHMARKS.md).
+const observedService = await startServiceProcess(url)
+const bare = await startServiceProcess(url, { METRICS: 'off', TRACE_CONTEXT: 'off' })
+type Observed = Figures & { cpuUs: number }
+const observed: { on: Observed; off: Observed }[] = []
+say('')
+say('metrics and trace context at 64 connections: on (the default) against off')
+say(
+  'run    on req/s  on p99 ms  on CPU µs/req  |  off req/s  off p99 ms  off CPU µs/req  |  on/off req/s  on/off CPU',
+)
+for (let run = 1; run <= runs; run++) {
+  const pair: Partial<Record<'on' | 'off', Observed>> = {}
+  const order = run % 2 === 1 ? (['on', 'off'] as const) : (['off', 'on'] as const)
+  for (const which of order) {
+    await sql`truncate plants`
+    const target = which === 'on' ? observedService : bare
+    const cpuBefore = cpuSeconds(target.child.pid ?? 0)
+    const r = await runLoad({
+      base: target.base,
+      token: created.token,
+      connections: 64,
+      warmupSeconds: warmup,
+      seconds,
+      firstId: nextId,
+    })
+    nextId = r.nextId
+    // CPU of the whole phase (warm-up included) over every request it answered.
+    const cpuUs = ((cpuSeconds(target.child.pid ?? 0) - cpuBefore) * 1e6) / (r.totalOk + r.errors)
+    pair[which] = { ...figures(r), cpuUs }
+  }
+  const { on, off } = pair as { on: Observed; off: Observed }
+  observed.push({ on, off })
+  say(
+    `${String(run).padStart(3)}  ${on.rps.toFixed(0).padStart(10)}  ${on.p99.toFixed(2).padStart(9)}  ${on.cpuUs.toFixed(1).padStart(13)}  |  ${off.rps.toFixed(0).padStart(9)}  ${off.p99.toFixed(2).padStart(10)}  ${off.cpuUs.toFixed(1).padStart(14)}  |  ${(on.rps / off.rps).toFixed(3).padStart(12)}  ${(on.cpuUs / off.cpuUs).toFixed(3).padStart(10)}`,
+  )
+}
+for (const done of [observedService, bare]) {
+  done.child.kill('SIGTERM')
+  await new Promise((r) => done.child.on('exit', r))
+}
+const observability = {
+  onRps: median(observed.map((o) => o.on.rps)),
+  offRps: median(observed.map((o) => o.off.rps)),
+  onP99: median(observed.map((o) => o.on.p99)),
+  offP99: median(observed.map((o) => o.off.p99)),
+  ratio: median(observed.map((o) => o.on.rps / o.off.rps)),
+  onCpuUs: median(observed.map((o) => o.on.cpuUs)),
+  offCpuUs: median(observed.map((o) => o.off.cpuUs)),
+  cpuRatio: median(observed.map((o) => o.on.cpuUs / o.off.cpuUs)),
+  errors: observed.reduce((a, o) => a + o.on.errors + o.off.errors, 0),
+}
+say(
+  `medians: on ${observability.onRps.toFixed(0)} req/s, p99 ${observability.onP99.toFixed(2)} ms, ${observability.onCpuUs.toFixed(1)} µs CPU/req; off ${observability.offRps.toFixed(0)} req/s, p99 ${observability.offP99.toFixed(2)} ms, ${observability.offCpuUs.toFixed(1)} µs CPU/req; on/off throughput ${observability.ratio.toFixed(3)}, CPU per request ${observability.cpuRatio.toFixed(3)}; errors ${observability.errors}`,
+)
 
 // The long run: no slow-down over time.
 const soaks: { first: number; last: number; ratio: number }[] = []
@@ -194,7 +281,7 @@ const finalRss = peakRssMb(pid)
 
 say('')
 say('medians over runs')
-say('conns  service req/s  p50 ms  p99 ms  max ms  ceiling ins/s  ratio')
+say('conns  service req/s  p50 ms  p99 ms  max ms  ceiling ins/s  ratio  rows/statement')
 const summary = levels.map((connections) => {
   const at = rows.filter((r) => r.connections === connections)
   const m = {
@@ -206,9 +293,10 @@ const summary = levels.map((connections) => {
     ceilingRps: median(at.map((r) => r.ceiling.rps)),
     ratio: median(at.map((r) => r.ratio)),
     errors: at.reduce((a, r) => a + r.service.errors, 0),
+    rowsPerStatement: median(at.map((r) => r.rowsPerStatement)),
   }
   say(
-    `${String(connections).padStart(5)}  ${m.serviceRps.toFixed(0).padStart(13)}  ${m.p50.toFixed(2).padStart(6)}  ${m.p99.toFixed(2).padStart(6)}  ${m.max.toFixed(1).padStart(6)}  ${m.ceilingRps.toFixed(0).padStart(13)}  ${m.ratio.toFixed(2).padStart(5)}`,
+    `${String(connections).padStart(5)}  ${m.serviceRps.toFixed(0).padStart(13)}  ${m.p50.toFixed(2).padStart(6)}  ${m.p99.toFixed(2).padStart(6)}  ${m.max.toFixed(1).padStart(6)}  ${m.ceilingRps.toFixed(0).padStart(13)}  ${m.ratio.toFixed(2).padStart(5)}  ${m.rowsPerStatement.toFixed(1).padStart(14)}`,
   )
   return m
 })
@@ -230,11 +318,13 @@ const result = {
   rows,
   summary,
   soaks,
+  observability,
   peakRssMb: finalRss,
 }
 await writeFile(join(outDir, `bench-${stamp}.json`), `${JSON.stringify(result, null, 2)}\n`)
 await writeFile(join(outDir, `bench-${stamp}.svg`), renderChart(summary, soakRatio, finalRss))
 await writeFile(join(outDir, 'latest.svg'), renderChart(summary, soakRatio, finalRss))
+await writeFile(join(outDir, 'batch-rows.svg'), renderBatchChart(summary))
 say(`results: bench-results/bench-${stamp}.json, chart: bench-results/bench-${stamp}.svg`)
 
 service.child.kill('SIGTERM')
