@@ -4,7 +4,7 @@ import { tokenDigest } from '../src/auth/tokens.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 
 /** The value of one series in an exposition, e.g. `plant_store_creates_total{outcome="created"}`. */
-function valueOf(text: string, series: string): number {
+function seriesValue(text: string, series: string): number {
   const line = text.split('\n').find((l) => l.startsWith(`${series} `))
   assert.ok(line, `${series} is missing`)
   return Number(line.slice(series.length + 1))
@@ -55,7 +55,8 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     const text = await scrape(s.base)
     // A series appears with its first event; before it, it counts as 0.
     const moved = (series: string) =>
-      valueOf(text, series) - (before.includes(`\n${series} `) ? valueOf(before, series) : 0)
+      seriesValue(text, series) -
+      (before.includes(`\n${series} `) ? seriesValue(before, series) : 0)
     assert.equal(moved('plant_store_creates_total{outcome="created"}'), 1)
     assert.equal(moved('plant_store_creates_total{outcome="retry"}'), 1)
     assert.equal(moved('plant_store_creates_total{outcome="conflict"}'), 1)
@@ -80,8 +81,8 @@ describe('GET /metrics (Prometheus text exposition)', () => {
       Array.from({ length: 200 }, () => s.post({ id: uniqueId(), name: 'together' })),
     )
     const text = await scrape(s.base)
-    const rows = valueOf(text, 'plant_store_create_batch_rows_sum')
-    const statements = valueOf(text, 'plant_store_create_batch_rows_count')
+    const rows = seriesValue(text, 'plant_store_create_batch_rows_sum')
+    const statements = seriesValue(text, 'plant_store_create_batch_rows_count')
     assert.equal(rows, 200)
     assert.ok(statements < rows, `${statements} statements for ${rows} rows`)
   })
@@ -93,11 +94,17 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     await (await fetch(`${s.base}/plants`)).arrayBuffer()
     const text = await scrape(s.base)
     assert.equal(
-      valueOf(text, 'plant_store_http_requests_total{method="GET",route="unmatched",status="404"}'),
+      seriesValue(
+        text,
+        'plant_store_http_requests_total{method="GET",route="unmatched",status="404"}',
+      ),
       3,
     )
     assert.equal(
-      valueOf(text, 'plant_store_http_requests_total{method="GET",route="/plants",status="405"}'),
+      seriesValue(
+        text,
+        'plant_store_http_requests_total{method="GET",route="/plants",status="405"}',
+      ),
       1,
     )
     assert.doesNotMatch(text, /route="\/(nowhere|x\/)/)
@@ -111,8 +118,11 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     const res = await s.post({ id: uniqueId(), name: 'refused' })
     assert.equal(res.status, 503)
     const text = await scrape(s.base)
-    assert.equal(valueOf(text, 'plant_store_creates_total{outcome="unavailable"}'), 1)
-    assert.equal(valueOf(text, 'plant_store_database_unavailable_total{reason="queue_full"}'), 1)
+    assert.equal(seriesValue(text, 'plant_store_creates_total{outcome="unavailable"}'), 1)
+    assert.equal(
+      seriesValue(text, 'plant_store_database_unavailable_total{reason="queue_full"}'),
+      1,
+    )
   })
 
   test('the token cache: how many tokens are valid and how old its last reload is, never a token or digest', async () => {
@@ -123,8 +133,8 @@ describe('GET /metrics (Prometheus text exposition)', () => {
       .sql`select count(*)::int as count from api_tokens where revoked_at is null`) as unknown as [
       { count: number },
     ]
-    assert.equal(valueOf(text, 'plant_store_token_cache_tokens'), count)
-    const age = valueOf(text, 'plant_store_token_cache_age_seconds')
+    assert.equal(seriesValue(text, 'plant_store_token_cache_tokens'), count)
+    const age = seriesValue(text, 'plant_store_token_cache_age_seconds')
     assert.ok(age >= 0 && age < 30, `age ${age}`)
     for (const token of [s.token, second]) {
       assert.ok(!text.includes(token))
@@ -135,7 +145,9 @@ describe('GET /metrics (Prometheus text exposition)', () => {
   test('the pool reports the connections it opened', async () => {
     const s = await startTestServer({ after })
     await s.post({ id: uniqueId(), name: 'connect' })
-    assert.ok(valueOf(await scrape(s.base), 'plant_store_database_connections_opened_total') >= 1)
+    assert.ok(
+      seriesValue(await scrape(s.base), 'plant_store_database_connections_opened_total') >= 1,
+    )
   })
 
   test('METRICS=off: no /metrics (40401), and the API answers as before', async () => {
