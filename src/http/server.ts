@@ -37,7 +37,8 @@ type Trace = { traceId: string; parentId: string | undefined; spanId: string; fl
 // the cost of a randomUUID per id.
 const randomPool = Buffer.alloc(4096)
 let randomOffset = randomPool.length
-function randomHex(bytes: number): string {
+/** Hex of `bytes` random bytes, e.g. a trace or span id. */
+export function randomHex(bytes: number): string {
   if (randomOffset + bytes > randomPool.length) {
     randomFillSync(randomPool)
     randomOffset = 0
