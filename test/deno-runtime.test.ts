@@ -4,7 +4,7 @@ import { createTestDatabase } from './helpers/database.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
 
 describe('the same service under Deno 2 (deno task start)', () => {
-  test('creates, retries, refuses 40005, 40009 and 401, serves /docs, then stops cleanly on SIGTERM', async () => {
+  test('creates, retries, refuses 40005, 40009 and 401, serves /docs, /metrics and traceparent, then stops cleanly on SIGTERM', async () => {
     const db = await createTestDatabase({ after })
     const service = await startServiceProcess('deno', { DATABASE_URL: db.url }, { after })
     const token = await tokenFor(db.sql, service.base, 'deno')
@@ -44,6 +44,15 @@ describe('the same service under Deno 2 (deno task start)', () => {
     assert.equal(docs.status, 200)
     const script = (await docs.text()).match(/src="([^"]+swagger-ui-bundle\.js)"/)?.[1]
     assert.equal((await fetch(`${service.base}/${script}`)).status, 200)
+    const metrics = await fetch(`${service.base}/metrics`)
+    assert.equal(metrics.status, 200)
+    const exposition = await metrics.text()
+    assert.match(exposition, /^plant_store_build_info\{[^}]*runtime="deno"[^}]*\} 1$/m)
+    assert.match(exposition, /^plant_store_creates_total\{outcome="created"\} 1$/m)
+    assert.match(
+      created.headers.get('traceparent') ?? '',
+      /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/,
+    )
 
     service.child.kill('SIGTERM')
     assert.equal(await service.exited, 0)
