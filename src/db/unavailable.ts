@@ -32,9 +32,11 @@ const connectionCodes = new Set([
 
 // SQLSTATEs that mean "not now" rather than "never": connection exceptions (08), statement
 // timeout or cancel (57014), server shutting down or starting (57P01-57P03), too many
-// connections (53300), out of resources (53*), serialization and deadlock (40001, 40P01).
+// connections (53300), out of resources (53*), serialization and deadlock (40001, 40P01), and a
+// read-only server (25006): a standby, or a primary demoted by a failover.
 function isTransientSqlState(code: string): boolean {
   return (
+    code === '25006' ||
     code.startsWith('08') ||
     code.startsWith('53') ||
     code.startsWith('57P') ||
