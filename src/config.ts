@@ -7,6 +7,8 @@ export type LogLevel = (typeof logLevels)[number]
 /** The settings table: each variable with its default (`undefined`: none); the README explains them. */
 export const settings = {
   DATABASE_URL: { default: undefined },
+  DATABASE_POOL_MODE: { default: 'session' },
+  DATABASE_DIRECT_URL: { default: undefined },
   PORT: { default: '8080' },
   HOST: { default: '127.0.0.1' },
   LOG_LEVEL: { default: 'info' },
@@ -40,6 +42,8 @@ const port = v.pipe(
 
 const EnvSchema = v.object({
   DATABASE_URL: v.optional(databaseUrl),
+  DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
+  DATABASE_DIRECT_URL: v.optional(databaseUrl),
   PORT: port,
   HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
@@ -50,6 +54,13 @@ const EnvSchema = v.object({
 /** The validated, frozen settings of one process. */
 export type Config = Readonly<{
   databaseUrl: string | undefined
+  /**
+   * `transaction` when DATABASE_URL leads to a pooler in transaction mode (PgBouncer): no
+   * prepared statements and no session settings; migrations and LISTEN use `databaseDirectUrl`.
+   */
+  poolMode: 'session' | 'transaction'
+  /** A session connection to PostgreSQL itself, for migrations and LISTEN. */
+  databaseDirectUrl: string | undefined
   port: number
   host: string
   logLevel: LogLevel
@@ -80,14 +91,21 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     const problems = result.issues.map((issue) => {
       const name = String(issue.path?.[0]?.key)
       // A database URL may hold a password: name it, never echo it.
-      const shown = name === 'DATABASE_URL' ? '' : `=${JSON.stringify(input[name])}`
+      const shown = name.endsWith('_URL') ? '' : `=${JSON.stringify(input[name])}`
       return `${name}${shown}: ${issue.message}`
     })
     throw new ConfigError(`invalid setting ${problems.join('; ')}`)
   }
   const out = result.output
+  if (out.DATABASE_POOL_MODE === 'transaction' && out.DATABASE_DIRECT_URL === undefined) {
+    throw new ConfigError(
+      'invalid setting DATABASE_POOL_MODE=transaction: needs DATABASE_DIRECT_URL, a session connection (PostgreSQL itself, or a session-mode pool) for migrations and LISTEN',
+    )
+  }
   return Object.freeze({
     databaseUrl: out.DATABASE_URL,
+    poolMode: out.DATABASE_POOL_MODE,
+    databaseDirectUrl: out.DATABASE_DIRECT_URL,
     port: out.PORT,
     host: out.HOST,
     logLevel: out.LOG_LEVEL,

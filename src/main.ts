@@ -83,7 +83,7 @@ async function migrateCommand(config: Config, log: Log, args: readonly string[])
   }
   const db = await openDatabase(config, log, { shareRunning: true })
   try {
-    const ran = await migrate(db.url, log, direction, count)
+    const ran = await migrate(config.databaseDirectUrl ?? db.url, log, direction, count)
     process.stdout.write(
       ran.length === 0 ? 'no migrations to run\n' : `${direction}: ${ran.join(', ')}\n`,
     )
@@ -99,9 +99,11 @@ async function tokenCommand(config: Config, log: Log, args: readonly string[]): 
     return 1
   }
   const db = await openDatabase(config, log, { shareRunning: true })
-  const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store token' })
+  // Commands run on the session connection when there is one (DATABASE_DIRECT_URL).
+  const url = config.databaseDirectUrl ?? db.url
+  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store token' })
   try {
-    await migrate(db.url, log)
+    await migrate(url, log)
     return await runTokenCommand(
       args,
       sql,

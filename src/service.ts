@@ -1,13 +1,14 @@
 import { writeFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import type { Sql } from 'postgres'
 import { createApp } from './app.ts'
 import { createTokenCache } from './auth/token-cache.ts'
 import { createToken, hasAnyToken } from './auth/token-repository.ts'
 import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase } from './database.ts'
 import { migrate } from './db/migrate.ts'
-import { createSql } from './db/sql.ts'
+import { createSql, databaseLimits } from './db/sql.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics.ts'
 import { createPlantRepository } from './plants/repository.ts'
@@ -39,18 +40,28 @@ export async function startService(
   try {
     const db = await openDatabase(config, log, { dataDir })
     cleanups.push(db.stop)
-    await migrate(db.url, log).catch((err: unknown) => {
+    // Migrations take a session-level advisory lock: never through a transaction pooler.
+    const sessionUrl = config.databaseDirectUrl ?? db.url
+    await migrate(sessionUrl, log).catch((err: unknown) => {
       throw new Error(
-        `cannot use the database at ${describeDatabase(db.url)}: ${err instanceof Error ? err.message : String(err)}`,
+        `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
       )
     })
     const metrics = config.metrics ? createMetrics() : noMetrics
+    const transactionPooler = config.poolMode === 'transaction'
     const sql = createSql(db.url, log, {
       connectionOpened: metrics.connectionOpened,
       connectionClosed: metrics.connectionClosed,
+      transactionPooler,
     })
     cleanups.push(() => sql.end({ timeout: 5 }))
-    const tokens = createTokenCache(sql, log)
+    // LISTEN needs a session: through a transaction pooler it goes to the direct URL instead.
+    const listenSql = transactionPooler
+      ? createSql(sessionUrl, log, { max: 1, applicationName: 'plant-store listen' })
+      : sql
+    if (listenSql !== sql) cleanups.push(() => listenSql.end({ timeout: 5 }))
+    if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
+    const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
     if (db.owned && !(await hasAnyToken(sql))) {
@@ -95,6 +106,20 @@ export async function startService(
   } catch (err) {
     await release()
     throw err
+  }
+}
+
+// Through a transaction pooler the service cannot set statement_timeout per session; the role or
+// database should carry the contract's 5 s.
+async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
+  const [row] = await sql<{ ms: number }[]>`
+    select setting::int * case unit when 's' then 1000 else 1 end as ms
+    from pg_settings where name = 'statement_timeout'`
+  const ms = row?.ms ?? 0
+  if (ms === 0 || ms > databaseLimits.statement) {
+    log.warn(
+      `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
+    )
   }
 }
 

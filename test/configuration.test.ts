@@ -14,8 +14,28 @@ describe('configuration', () => {
         logLevel: 'info',
         metrics: true,
         traceContext: true,
+        poolMode: 'session',
+        databaseDirectUrl: undefined,
       },
     )
+  })
+
+  test('DATABASE_POOL_MODE=transaction needs DATABASE_DIRECT_URL; with it, both are read', () => {
+    assert.throws(
+      () =>
+        parseConfig({
+          DATABASE_URL: 'postgres://u:p@bouncer/db',
+          DATABASE_POOL_MODE: 'transaction',
+        }),
+      (err: Error) => err instanceof ConfigError && /DATABASE_DIRECT_URL/.test(err.message),
+    )
+    const config = parseConfig({
+      DATABASE_URL: 'postgres://u:p@bouncer:6432/db',
+      DATABASE_POOL_MODE: 'transaction',
+      DATABASE_DIRECT_URL: 'postgres://u:p@db:5432/db',
+    })
+    assert.equal(config.poolMode, 'transaction')
+    assert.equal(config.databaseDirectUrl, 'postgres://u:p@db:5432/db')
   })
 
   test('variables are read and an empty one counts as unset', () => {
@@ -36,6 +56,8 @@ describe('configuration', () => {
         logLevel: 'info',
         metrics: false,
         traceContext: false,
+        poolMode: 'session',
+        databaseDirectUrl: undefined,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -51,6 +73,8 @@ describe('configuration', () => {
     ['HOST', 'two words'],
     ['METRICS', 'yes'],
     ['TRACE_CONTEXT', 'false'],
+    ['DATABASE_POOL_MODE', 'statement'],
+    ['DATABASE_DIRECT_URL', 'mysql://x'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

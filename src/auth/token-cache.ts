@@ -18,8 +18,16 @@ export type TokenCache = {
   readonly close: () => Promise<void>
 }
 
-/** Creates the cache; `reloadEveryMs` bounds how stale it gets when a notification is lost. */
-export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): TokenCache {
+/**
+ * Creates the cache; `reloadEveryMs` bounds how stale it gets when a notification is lost.
+ * `listenSql` holds the LISTEN when `sql` cannot: a pooler in transaction mode drops it.
+ */
+export function createTokenCache(
+  sql: Sql,
+  log: Log,
+  reloadEveryMs = 30_000,
+  listenSql: Sql = sql,
+): TokenCache {
   let byDigest = new Map<string, string>()
   let running: Promise<void> | undefined
   let queued: Promise<void> | undefined
@@ -71,7 +79,7 @@ export function createTokenCache(sql: Sql, log: Log, reloadEveryMs = 30_000): To
     state: () => ({ valid: byDigest.size, loadedAt }),
     async start() {
       await reload()
-      const listening = await sql.listen(
+      const listening = await listenSql.listen(
         tokensChannel,
         () => reloadLogged('notification'),
         // Called again after every reconnect: changes missed while disconnected are picked up.

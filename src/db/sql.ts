@@ -36,6 +36,12 @@ const arrayType = (oid: number) => ({
 export type SqlOptions = {
   readonly max?: number
   readonly applicationName?: string
+  /**
+   * Through a pooler in transaction mode (PgBouncer): each statement may run on another server
+   * connection, so no prepared statements, and no settings sent at start-up, which PgBouncer
+   * refuses; set statement_timeout on the role or database instead.
+   */
+  readonly transactionPooler?: boolean
   /** Hear of connections opened and closed (lost, or idle), e.g. for the metrics. */
   readonly connectionOpened?: () => void
   readonly connectionClosed?: () => void
@@ -51,17 +57,19 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     // behind that wait. Capped at 0.5 s, an outage is answered at once and left within a second.
     backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 0.5),
     // Plans are prepared per connection; a pooler in transaction mode needs `prepare: false`.
-    prepare: true,
+    prepare: !options.transactionPooler,
     // With `fetch_types` on, the driver sends an array-type query on every new connection, and
     // a failure of that query (a connection lost during it) is an unhandled rejection that ends
     // the process (porsager/postgres#1192, #1223). The service sends only text[] and int8[].
     fetch_types: false,
     types: { textArray: arrayType(textArray), int8Array: arrayType(int8Array) },
-    connection: {
-      application_name: options.applicationName ?? 'plant-store',
-      statement_timeout: databaseLimits.statement,
-      plan_cache_mode: 'force_custom_plan',
-    },
+    connection: options.transactionPooler
+      ? { application_name: options.applicationName ?? 'plant-store' }
+      : {
+          application_name: options.applicationName ?? 'plant-store',
+          statement_timeout: databaseLimits.statement,
+          plan_cache_mode: 'force_custom_plan',
+        },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
     // The server reports application_name once as each new connection starts up: the driver's
     // only sign of a connection opened.
