@@ -1,4 +1,5 @@
 import * as v from 'valibot'
+import { hostUrls } from './db/database-url.ts'
 
 /** The log levels, least severe first. */
 export const logLevels = ['debug', 'info', 'warn', 'error'] as const
@@ -23,14 +24,10 @@ const onOff = v.pipe(
 
 const databaseUrl = v.pipe(
   v.string(),
-  v.check((s) => {
-    try {
-      const url = new URL(s)
-      return url.protocol === 'postgres:' || url.protocol === 'postgresql:'
-    } catch {
-      return false
-    }
-  }, 'must be a URL such as postgres://user:password@host:5432/database'),
+  v.check(
+    (s) => hostUrls(s) !== undefined,
+    'must be a URL such as postgres://user:password@host:5432/database (hosts may be a list: host1:5432,host2:5432)',
+  ),
 )
 
 const port = v.pipe(

@@ -7,6 +7,7 @@ import { createTokenCache } from './auth/token-cache.ts'
 import { createToken, hasAnyToken } from './auth/token-repository.ts'
 import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase } from './database.ts'
+import { describeDatabase, primaryUrl } from './db/database-url.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql, databaseLimits } from './db/sql.ts'
 import type { Log } from './log.ts'
@@ -40,9 +41,10 @@ export async function startService(
   try {
     const db = await openDatabase(config, log, { dataDir })
     cleanups.push(db.stop)
-    // Migrations take a session-level advisory lock: never through a transaction pooler.
+    // Migrations take a session-level advisory lock: never through a transaction pooler. Their
+    // driver takes one host: of several, the writable one.
     const sessionUrl = config.databaseDirectUrl ?? db.url
-    await migrate(sessionUrl, log).catch((err: unknown) => {
+    await migrateOnPrimary(sessionUrl, log).catch((err: unknown) => {
       throw new Error(
         `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
       )
@@ -109,6 +111,10 @@ export async function startService(
   }
 }
 
+async function migrateOnPrimary(url: string, log: Log): Promise<void> {
+  await migrate(await primaryUrl(url), log)
+}
+
 // Through a transaction pooler the service cannot set statement_timeout per session; the role or
 // database should carry the contract's 5 s.
 async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
@@ -121,12 +127,6 @@ async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
       `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
     )
   }
-}
-
-/** Where a database URL points, without its password: `host:port/database as user`. */
-export function describeDatabase(url: string): string {
-  const u = new URL(url)
-  return `${u.hostname}:${u.port || '5432'}${u.pathname} as ${decodeURIComponent(u.username) || 'the default user'}`
 }
 
 // Stop accepting; let requests in flight finish, closing each connection as it goes idle; after

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { ConfigError, parseConfig } from '../src/config.ts'
+import { describeDatabase, hostUrls } from '../src/db/database-url.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
@@ -18,6 +19,18 @@ describe('configuration', () => {
         databaseDirectUrl: undefined,
       },
     )
+  })
+
+  test('DATABASE_URL may list several hosts, as libpq writes them; messages name them all, never the password', () => {
+    const url =
+      'postgres://u:s3cret@h1:5432,h2:5433,[::1]:5434/plants?target_session_attrs=read-write'
+    assert.equal(parseConfig({ DATABASE_URL: url }).databaseUrl, url)
+    assert.deepEqual(
+      hostUrls(url)?.map((u) => u.host),
+      ['h1:5432', 'h2:5433', '[::1]:5434'],
+    )
+    assert.equal(describeDatabase(url), 'h1:5432,h2:5433,[::1]:5434/plants as u')
+    assert.throws(() => parseConfig({ DATABASE_URL: 'postgres://u@h1:5432,h2:x/db' }), ConfigError)
   })
 
   test('DATABASE_POOL_MODE=transaction needs DATABASE_DIRECT_URL; with it, both are read', () => {
