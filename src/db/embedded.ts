@@ -124,7 +124,8 @@ function assertReachableByPostgresUser(dir: string): void {
 // process creates it at the same moment (`groupadd: group 'postgres' already exists`), as test
 // files starting their own clusters in parallel do on a new machine. Both commands here succeed
 // when the group or user exists already: -f for groupadd, exit status 9 for useradd.
-async function ensurePostgresUser(): Promise<void> {
+/** Creates the `postgres` system user when started as root and it is missing. */
+export async function ensurePostgresUser(): Promise<void> {
   if (process.getuid?.() !== 0) return
   const users = await readFile('/etc/passwd', 'utf8').catch(() => '')
   if (users.split('\n').some((line) => line.startsWith('postgres:'))) return

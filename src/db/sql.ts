@@ -32,6 +32,14 @@ const arrayType = (oid: number) => ({
   parse: (raw: string) => raw,
 })
 
+// postgres.js 3.4 decides target_session_attrs=read-write by default_transaction_read_only alone,
+// which a hot standby of PostgreSQL 14+ reports as off: it would write to a standby and get
+// 25006 until it reconnected. 'primary' (not in recovery) is what read-write means for a list
+// of a primary and its standbys.
+function withPrimaryForReadWrite(url: string): string {
+  return url.replace(/([?&]target_session_attrs=)read-write(?=&|$)/, '$1primary')
+}
+
 /** Options of the connection pool. */
 export type SqlOptions = {
   readonly max?: number
@@ -49,7 +57,7 @@ export type SqlOptions = {
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
-  return postgres(url, {
+  return postgres(withPrimaryForReadWrite(url), {
     max: options.max ?? 10,
     connect_timeout: databaseLimits.connect / 1000,
     idle_timeout: 60,
