@@ -1,0 +1,74 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import postgres from 'postgres'
+import { createToken } from '../../src/auth/token-repository.ts'
+import { parseConfig } from '../../src/config.ts'
+import { startEmbedded } from '../../src/db/embedded.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createLog } from '../../src/log.ts'
+import { startService } from '../../src/service.ts'
+import { quietLog } from '../helpers/database.ts'
+import { driveCreates } from '../helpers/drive.ts'
+import { tempDir } from '../helpers/temp-dir.ts'
+import { within } from '../helpers/wait.ts'
+
+describe('more instances than the server has connections for', () => {
+  test('instances that cannot get a connection answer 503, stay up, and recover when connections free up', async () => {
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-connection-limit-')
+    // Five connections: this test's own, and two for each instance once it has started (the
+    // pool's first and the LISTEN). A second statement in flight needs a sixth.
+    const db = await startEmbedded({
+      dir,
+      log: quietLog,
+      shareRunning: false,
+      fast: true,
+      settings: { max_connections: '5' },
+    })
+    tmp.after(() => db.stop())
+    await migrate(db.url, quietLog)
+    const sql = postgres(db.url, { max: 1, onnotice: () => {} })
+    tmp.after(() => sql.end())
+    const created = await createToken(sql, 'limit')
+    assert.ok('token' in created)
+
+    const lines: Record<string, unknown>[] = []
+    const log = createLog('info', (l) => lines.push(JSON.parse(l) as Record<string, unknown>))
+    const config = parseConfig({ DATABASE_URL: db.url, PORT: '0' })
+    const a = await startService(config, log)
+    tmp.after(() => a.close())
+    const b = await startService(config, log)
+    tmp.after(() => b.close())
+
+    const drives = [a, b].map((s) => driveCreates(s.url, created.token, { concurrency: 16 }))
+    await new Promise((r) => setTimeout(r, 2000))
+    for (const d of drives) await d.stop()
+    const statuses = new Map<number, number>()
+    for (const d of drives)
+      for (const [status, n] of d.statuses) statuses.set(status, (statuses.get(status) ?? 0) + n)
+    assert.deepEqual(
+      [...statuses.keys()].sort(),
+      [200, 503],
+      `statuses: ${JSON.stringify([...statuses])}`,
+    )
+    assert.ok(
+      lines.some(
+        (l) => l.message === 'database unavailable' && l.reason === 'database error 53300',
+      ),
+      'the server refused a connection: too many clients',
+    )
+    assert.ok(!lines.some((l) => l.status === 500), 'a 500 was answered')
+    for (const s of [a, b]) assert.equal((await fetch(`${s.url}/healthz`)).status, 200)
+
+    // One instance stops; the other gets its connections and answers every create again.
+    await a.close()
+    const post = (id: number) =>
+      fetch(`${b.url}/plants`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${created.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ id, name: 'after the limit' }),
+      }).then((res) => res.status)
+    await within(5000, async () => (await post(Date.now())) === 200)
+    const recovered = await Promise.all(Array.from({ length: 50 }, (_, i) => post(9_000_000 + i)))
+    assert.deepEqual(new Set(recovered), new Set([200]))
+  })
+})
