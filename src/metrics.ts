@@ -19,7 +19,6 @@ export type Metrics = {
   readonly createAnswered: (outcome: CreateOutcomeLabel) => void
   readonly statementRan: (rows: number, seconds: number) => void
   readonly unavailable: (reason: UnavailableReason) => void
-  readonly connectionOpened: () => void
   readonly connectionClosed: () => void
   readonly watch: (sources: MetricSources) => void
   /** `GET /metrics`: the Prometheus text exposition; `undefined` when metrics are off. */
@@ -34,7 +33,6 @@ export const noMetrics: Metrics = Object.freeze({
   createAnswered: nothing,
   statementRan: nothing,
   unavailable: nothing,
-  connectionOpened: nothing,
   connectionClosed: nothing,
   watch: nothing,
   handler: undefined,
@@ -127,14 +125,9 @@ export function createMetrics(): Metrics {
     registers,
   })
   for (const reason of unavailableReasons) unavailable.inc({ reason }, 0)
-  const opened = new Counter({
-    name: 'plant_store_database_connections_opened_total',
-    help: 'Database connections opened by the pool; more than the pool size means reconnects',
-    registers,
-  })
   const closed = new Counter({
     name: 'plant_store_database_connections_closed_total',
-    help: 'Database connections of the pool closed: lost, or idle for 60 s',
+    help: 'Database connections of the pool closed: lost (then reopened when needed), or idle for 60 s; a rise under load means reconnects',
     registers,
   })
 
@@ -186,7 +179,6 @@ export function createMetrics(): Metrics {
       statements.observe(seconds)
     },
     unavailable: (reason: UnavailableReason) => unavailable.inc({ reason }),
-    connectionOpened: () => opened.inc(),
     connectionClosed: () => closed.inc(),
     watch(given: MetricSources) {
       sources = given

@@ -52,7 +52,6 @@ export async function startService(
     const metrics = config.metrics ? createMetrics() : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
     const sql = createSql(db.url, log, {
-      connectionOpened: metrics.connectionOpened,
       connectionClosed: metrics.connectionClosed,
       transactionPooler,
     })

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { tokenDigest } from '../src/auth/tokens.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
+import { within } from './helpers/wait.ts'
 
 /** The value of one series in an exposition, e.g. `plant_store_creates_total{outcome="created"}`. */
 function seriesValue(text: string, series: string): number {
@@ -142,12 +143,21 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     }
   })
 
-  test('the pool reports the connections it opened', async () => {
+  test('the pool counts the connections it lost', async () => {
     const s = await startTestServer({ after })
     await s.post({ id: uniqueId(), name: 'connect' })
-    assert.ok(
-      seriesValue(await scrape(s.base), 'plant_store_database_connections_opened_total') >= 1,
-    )
+    const series = 'plant_store_database_connections_closed_total'
+    const before = seriesValue(await scrape(s.base), series)
+    const name = new URL(s.db.url).pathname.slice(1)
+    const [{ ended }] = (await s.db.sql`
+      select count(*)::int as ended from (
+        select pg_terminate_backend(pid) from pg_stat_activity
+        where datname = ${name} and application_name = 'plant-store'
+      ) t`) as unknown as [{ ended: number }]
+    assert.ok(ended >= 1)
+    // The pool reconnects and the create succeeds.
+    await within(5000, async () => (await s.post({ id: uniqueId(), name: 'again' })).status === 200)
+    assert.ok(seriesValue(await scrape(s.base), series) >= before + 1)
   })
 
   test('METRICS=off: no /metrics (40401), and the API answers as before', async () => {

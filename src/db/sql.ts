@@ -50,8 +50,7 @@ export type SqlOptions = {
    * refuses; set statement_timeout on the role or database instead.
    */
   readonly transactionPooler?: boolean
-  /** Hear of connections opened and closed (lost, or idle), e.g. for the metrics. */
-  readonly connectionOpened?: () => void
+  /** Hears of every connection closed (lost, or idle), e.g. for the metrics. */
   readonly connectionClosed?: () => void
 }
 
@@ -79,11 +78,6 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
           plan_cache_mode: 'force_custom_plan',
         },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
-    // The server reports application_name once as each new connection starts up: the driver's
-    // only sign of a connection opened.
-    onparameter: (name: string) => {
-      if (name === 'application_name') options.connectionOpened?.()
-    },
     onclose: () => options.connectionClosed?.(),
   })
 }

@@ -62,7 +62,6 @@ export async function startTestServer(
   const log = createLog('debug', (line) => logs.push(JSON.parse(line) as Record<string, unknown>))
   const metrics = withMetrics ? createMetrics() : noMetrics
   const sql = createSql(connectTo ? connectTo(database.url) : database.url, log, {
-    connectionOpened: metrics.connectionOpened,
     connectionClosed: metrics.connectionClosed,
   })
   const tokens = createTokenCache(sql, log)
