@@ -17,6 +17,7 @@ import { createToken } from '../src/auth/token-repository.ts'
 import { freePort, startEmbedded } from '../src/db/embedded.ts'
 import { migrate } from '../src/db/migrate.ts'
 import { createLog } from '../src/log.ts'
+import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../test/helpers/pgbouncer.ts'
 import { runCeiling } from './ceiling.ts'
 import { renderBatchChart, renderChart } from './chart.ts'
 import { type LoadResult, quantile, runLoad } from './load.ts'
@@ -29,8 +30,11 @@ const { values: args } = parseArgs({
     warmup: { type: 'string', default: '3' },
     soak: { type: 'string', default: '60' },
     levels: { type: 'string', default: '16,64,256' },
+    // Which parts to run: levels, observability, pgbouncer, soak.
+    only: { type: 'string', default: 'levels,observability,pgbouncer,soak' },
   },
 })
+const parts = new Set(args.only.split(','))
 const runs = Number(args.runs)
 const seconds = Number(args.seconds)
 const warmup = Number(args.warmup)
@@ -122,6 +126,7 @@ await migrate(url, log)
 const sql = postgres(url, { max: 2, onnotice: () => {} })
 const created = await createToken(sql, `bench-${Date.now()}`)
 if (!('token' in created)) throw new Error(created.problem)
+const token = created.token
 const service = await startServiceProcess(url)
 const pid = service.child.pid ?? 0
 let nextId = 1n
@@ -148,7 +153,7 @@ type Row = {
   rowsPerStatement: number
 }
 const rows: Row[] = []
-for (let run = 1; run <= runs; run++) {
+for (let run = 1; run <= runs && parts.has('levels'); run++) {
   for (const connections of levels) {
     await sql`truncate plants`
     const first = nextId
@@ -199,66 +204,112 @@ for (let run = 1; run <= runs; run++) {
   }
 }
 
-// The cost of metrics and trace context: the same load against two new services, one with both
-// off, interleaved (which goes first alternates), at 64 connections. Both are new because the
-// driver's CPU per statement grows with the statements a process has served (BENCHMARKS.md).
-const observedService = await startServiceProcess(url)
-const bare = await startServiceProcess(url, { METRICS: 'off', TRACE_CONTEXT: 'off' })
 type Observed = Figures & { cpuUs: number }
-const observed: { on: Observed; off: Observed }[] = []
-say('')
-say('metrics and trace context at 64 connections: on (the default) against off')
-say(
-  'run    on req/s  on p99 ms  on CPU µs/req  |  off req/s  off p99 ms  off CPU µs/req  |  on/off req/s  on/off CPU',
-)
-for (let run = 1; run <= runs; run++) {
-  const pair: Partial<Record<'on' | 'off', Observed>> = {}
-  const order = run % 2 === 1 ? (['on', 'off'] as const) : (['off', 'on'] as const)
-  for (const which of order) {
-    await sql`truncate plants`
-    const target = which === 'on' ? observedService : bare
-    const cpuBefore = cpuSeconds(target.child.pid ?? 0)
-    const r = await runLoad({
-      base: target.base,
-      token: created.token,
-      connections: 64,
-      warmupSeconds: warmup,
-      seconds,
-      firstId: nextId,
-    })
-    nextId = r.nextId
-    // CPU of the whole phase (warm-up included) over every request it answered.
-    const cpuUs = ((cpuSeconds(target.child.pid ?? 0) - cpuBefore) * 1e6) / (r.totalOk + r.errors)
-    pair[which] = { ...figures(r), cpuUs }
-  }
-  const { on, off } = pair as { on: Observed; off: Observed }
-  observed.push({ on, off })
+type Service = { child: ChildProcess; base: string }
+
+/**
+ * The same load at 64 connections against two services, interleaved (which goes first
+ * alternates), `runs` rounds: throughput, p99 and CPU per request (the whole phase, warm-up
+ * included, from /proc) of each, and their ratios.
+ */
+async function compare(title: string, names: [string, string], services: [Service, Service]) {
+  const [a, b] = names
+  say('')
+  say(title)
   say(
-    `${String(run).padStart(3)}  ${on.rps.toFixed(0).padStart(10)}  ${on.p99.toFixed(2).padStart(9)}  ${on.cpuUs.toFixed(1).padStart(13)}  |  ${off.rps.toFixed(0).padStart(9)}  ${off.p99.toFixed(2).padStart(10)}  ${off.cpuUs.toFixed(1).padStart(14)}  |  ${(on.rps / off.rps).toFixed(3).padStart(12)}  ${(on.cpuUs / off.cpuUs).toFixed(3).padStart(10)}`,
+    `run  ${`${a} req/s`.padStart(12)}  ${`${a} p99 ms`.padStart(12)}  ${`${a} CPU µs/req`.padStart(16)}  |  ${`${b} req/s`.padStart(12)}  ${`${b} p99 ms`.padStart(12)}  ${`${b} CPU µs/req`.padStart(16)}  |  req/s ratio  CPU ratio`,
   )
+  const rounds: [Observed, Observed][] = []
+  for (let run = 1; run <= runs; run++) {
+    const pair: Observed[] = []
+    for (const index of run % 2 === 1 ? [0, 1] : [1, 0]) {
+      await sql`truncate plants`
+      const target = services[index] as Service
+      const cpuBefore = cpuSeconds(target.child.pid ?? 0)
+      const r = await runLoad({
+        base: target.base,
+        token,
+        connections: 64,
+        warmupSeconds: warmup,
+        seconds,
+        firstId: nextId,
+      })
+      nextId = r.nextId
+      const cpuUs = ((cpuSeconds(target.child.pid ?? 0) - cpuBefore) * 1e6) / (r.totalOk + r.errors)
+      pair[index] = { ...figures(r), cpuUs }
+    }
+    const [x, y] = pair as [Observed, Observed]
+    rounds.push([x, y])
+    say(
+      `${String(run).padStart(3)}  ${x.rps.toFixed(0).padStart(12)}  ${x.p99.toFixed(2).padStart(12)}  ${x.cpuUs.toFixed(1).padStart(16)}  |  ${y.rps.toFixed(0).padStart(12)}  ${y.p99.toFixed(2).padStart(12)}  ${y.cpuUs.toFixed(1).padStart(16)}  |  ${(x.rps / y.rps).toFixed(3).padStart(11)}  ${(x.cpuUs / y.cpuUs).toFixed(3).padStart(9)}`,
+    )
+  }
+  const m = {
+    [`${a}Rps`]: median(rounds.map(([x]) => x.rps)),
+    [`${b}Rps`]: median(rounds.map(([, y]) => y.rps)),
+    [`${a}P99`]: median(rounds.map(([x]) => x.p99)),
+    [`${b}P99`]: median(rounds.map(([, y]) => y.p99)),
+    [`${a}CpuUs`]: median(rounds.map(([x]) => x.cpuUs)),
+    [`${b}CpuUs`]: median(rounds.map(([, y]) => y.cpuUs)),
+    ratio: median(rounds.map(([x, y]) => x.rps / y.rps)),
+    cpuRatio: median(rounds.map(([x, y]) => x.cpuUs / y.cpuUs)),
+    errors: rounds.reduce((sum, [x, y]) => sum + x.errors + y.errors, 0),
+  }
+  say(
+    `medians: ${a} ${m[`${a}Rps`]?.toFixed(0)} req/s, p99 ${m[`${a}P99`]?.toFixed(2)} ms; ${b} ${m[`${b}Rps`]?.toFixed(0)} req/s, p99 ${m[`${b}P99`]?.toFixed(2)} ms; ${a}/${b} throughput ${m.ratio?.toFixed(3)}, CPU per request ${m.cpuRatio?.toFixed(3)}; errors ${m.errors}`,
+  )
+  for (const done of services) {
+    done.child.kill('SIGTERM')
+    await new Promise((r) => done.child.on('exit', r))
+  }
+  return m
 }
-for (const done of [observedService, bare]) {
-  done.child.kill('SIGTERM')
-  await new Promise((r) => done.child.on('exit', r))
+
+// The cost of metrics and trace context: two new services, one with both off. Both are new
+// because the driver's CPU per statement grows with the statements a process has served.
+const observability = parts.has('observability')
+  ? await compare(
+      'metrics and trace context at 64 connections: on (the default) against off',
+      ['on', 'off'],
+      [
+        await startServiceProcess(url),
+        await startServiceProcess(url, { METRICS: 'off', TRACE_CONTEXT: 'off' }),
+      ],
+    )
+  : undefined
+
+// Through PgBouncer in transaction mode against straight to PostgreSQL.
+let pgbouncer: Record<string, number> | string | undefined
+if (parts.has('pgbouncer') && !pgbouncerPresent) {
+  pgbouncer = `no PgBouncer at ${pgbouncerPath} (apt-get install pgbouncer)`
+  say('')
+  say(`pgbouncer: skipped, ${pgbouncer}`)
+} else if (parts.has('pgbouncer')) {
+  const cleanups: (() => unknown)[] = []
+  const bouncer = await startPgBouncer(
+    url,
+    { after: (fn) => void cleanups.push(fn) },
+    { poolSize: 8 },
+  )
+  // Through the pooler the service sends no statement_timeout; the database carries it.
+  await sql.unsafe(`alter database ${new URL(url).pathname.slice(1)} set statement_timeout = '5s'`)
+  pgbouncer = await compare(
+    'through PgBouncer 1.18 in transaction mode (pool of 8) against straight to PostgreSQL, 64 connections',
+    ['pgbouncer', 'direct'],
+    [
+      await startServiceProcess(bouncer.url, {
+        DATABASE_POOL_MODE: 'transaction',
+        DATABASE_DIRECT_URL: url,
+      }),
+      await startServiceProcess(url),
+    ],
+  )
+  for (const cleanup of cleanups.reverse()) await cleanup()
 }
-const observability = {
-  onRps: median(observed.map((o) => o.on.rps)),
-  offRps: median(observed.map((o) => o.off.rps)),
-  onP99: median(observed.map((o) => o.on.p99)),
-  offP99: median(observed.map((o) => o.off.p99)),
-  ratio: median(observed.map((o) => o.on.rps / o.off.rps)),
-  onCpuUs: median(observed.map((o) => o.on.cpuUs)),
-  offCpuUs: median(observed.map((o) => o.off.cpuUs)),
-  cpuRatio: median(observed.map((o) => o.on.cpuUs / o.off.cpuUs)),
-  errors: observed.reduce((a, o) => a + o.on.errors + o.off.errors, 0),
-}
-say(
-  `medians: on ${observability.onRps.toFixed(0)} req/s, p99 ${observability.onP99.toFixed(2)} ms, ${observability.onCpuUs.toFixed(1)} µs CPU/req; off ${observability.offRps.toFixed(0)} req/s, p99 ${observability.offP99.toFixed(2)} ms, ${observability.offCpuUs.toFixed(1)} µs CPU/req; on/off throughput ${observability.ratio.toFixed(3)}, CPU per request ${observability.cpuRatio.toFixed(3)}; errors ${observability.errors}`,
-)
 
 // The long run: no slow-down over time.
 const soaks: { first: number; last: number; ratio: number }[] = []
-for (let run = 1; run <= runs && soakSeconds > 0; run++) {
+for (let run = 1; run <= runs && soakSeconds > 0 && parts.has('soak'); run++) {
   await sql`truncate plants`
   const s = await runLoad({
     base: service.base,
@@ -280,8 +331,10 @@ for (let run = 1; run <= runs && soakSeconds > 0; run++) {
 const finalRss = peakRssMb(pid)
 
 say('')
-say('medians over runs')
-say('conns  service req/s  p50 ms  p99 ms  max ms  ceiling ins/s  ratio  rows/statement')
+if (parts.has('levels')) {
+  say('medians over runs')
+  say('conns  service req/s  p50 ms  p99 ms  max ms  ceiling ins/s  ratio  rows/statement')
+}
 const summary = levels.map((connections) => {
   const at = rows.filter((r) => r.connections === connections)
   const m = {
@@ -295,15 +348,17 @@ const summary = levels.map((connections) => {
     errors: at.reduce((a, r) => a + r.service.errors, 0),
     rowsPerStatement: median(at.map((r) => r.rowsPerStatement)),
   }
-  say(
-    `${String(connections).padStart(5)}  ${m.serviceRps.toFixed(0).padStart(13)}  ${m.p50.toFixed(2).padStart(6)}  ${m.p99.toFixed(2).padStart(6)}  ${m.max.toFixed(1).padStart(6)}  ${m.ceilingRps.toFixed(0).padStart(13)}  ${m.ratio.toFixed(2).padStart(5)}  ${m.rowsPerStatement.toFixed(1).padStart(14)}`,
-  )
+  if (parts.has('levels'))
+    say(
+      `${String(connections).padStart(5)}  ${m.serviceRps.toFixed(0).padStart(13)}  ${m.p50.toFixed(2).padStart(6)}  ${m.p99.toFixed(2).padStart(6)}  ${m.max.toFixed(1).padStart(6)}  ${m.ceilingRps.toFixed(0).padStart(13)}  ${m.ratio.toFixed(2).padStart(5)}  ${m.rowsPerStatement.toFixed(1).padStart(14)}`,
+    )
   return m
 })
 const soakRatio = median(soaks.map((s) => s.ratio))
-say(
-  `soak: last/first 10 s median ${soakRatio.toFixed(2)}; peak RSS of the service ${finalRss.toFixed(0)} MB; all rows match the 200s: ${rows.every((r) => r.rowsMatch) ? 'yes' : 'NO'}`,
-)
+if (parts.has('levels') || parts.has('soak'))
+  say(
+    `soak: last/first 10 s median ${soakRatio.toFixed(2)}; peak RSS of the service ${finalRss.toFixed(0)} MB; all rows match the 200s: ${rows.every((r) => r.rowsMatch) ? 'yes' : 'NO'}`,
+  )
 
 const outDir = join(root, 'bench-results')
 await mkdir(outDir, { recursive: true })
@@ -319,13 +374,16 @@ const result = {
   summary,
   soaks,
   observability,
+  pgbouncer,
   peakRssMb: finalRss,
 }
 await writeFile(join(outDir, `bench-${stamp}.json`), `${JSON.stringify(result, null, 2)}\n`)
-await writeFile(join(outDir, `bench-${stamp}.svg`), renderChart(summary, soakRatio, finalRss))
-await writeFile(join(outDir, 'latest.svg'), renderChart(summary, soakRatio, finalRss))
-await writeFile(join(outDir, 'batch-rows.svg'), renderBatchChart(summary))
-say(`results: bench-results/bench-${stamp}.json, chart: bench-results/bench-${stamp}.svg`)
+if (parts.has('levels')) {
+  await writeFile(join(outDir, `bench-${stamp}.svg`), renderChart(summary, soakRatio, finalRss))
+  await writeFile(join(outDir, 'latest.svg'), renderChart(summary, soakRatio, finalRss))
+  await writeFile(join(outDir, 'batch-rows.svg'), renderBatchChart(summary))
+}
+say(`results: bench-results/bench-${stamp}.json and charts in bench-results/`)
 
 service.child.kill('SIGTERM')
 await new Promise((r) => service.child.on('exit', r))

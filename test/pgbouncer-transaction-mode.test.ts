@@ -1,92 +1,24 @@
 import assert from 'node:assert/strict'
-import { type ChildProcess, spawn } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import { writeFile } from 'node:fs/promises'
-import { connect } from 'node:net'
-import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { parseConfig } from '../src/config.ts'
-import { freePort } from '../src/db/embedded.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { createTestDatabase } from './helpers/database.ts'
+import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from './helpers/pgbouncer.ts'
 import { tokenFor } from './helpers/process.ts'
 import { uniqueId } from './helpers/server.ts'
-import { tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
 
-// Debian's pgbouncer package. Outside CI a machine without it skips this test; in CI its
-// absence is a failure (.ci/run installs it).
-const pgbouncer = process.env.PGBOUNCER_PATH || '/usr/sbin/pgbouncer'
-const present = existsSync(pgbouncer)
-const skip = !present && !process.env.CI ? `no PgBouncer at ${pgbouncer}` : false
-
-/** Starts PgBouncer in transaction mode in front of the server of `directUrl`. */
-async function startPgBouncer(directUrl: string, t: { after: (fn: () => unknown) => void }) {
-  const direct = new URL(directUrl)
-  const { dir, ...tmp } = await tempDir(t, 'plant-store-pgbouncer-')
-  const port = await freePort()
-  const user = decodeURIComponent(direct.username)
-  await writeFile(join(dir, 'userlist.txt'), `"${user}" ""\n`)
-  await writeFile(
-    join(dir, 'pgbouncer.ini'),
-    [
-      '[databases]',
-      // Every database name goes to the same one on the server, as the test's user.
-      `* = host=${direct.hostname} port=${direct.port} user=${user} password=${decodeURIComponent(direct.password)}`,
-      '[pgbouncer]',
-      'listen_addr = 127.0.0.1',
-      `listen_port = ${port}`,
-      'unix_socket_dir =',
-      'auth_type = trust',
-      `auth_file = ${join(dir, 'userlist.txt')}`,
-      'pool_mode = transaction',
-      'default_pool_size = 2',
-      'max_client_conn = 100',
-      `admin_users = ${user}`,
-      '',
-    ].join('\n'),
-  )
-  // PgBouncer refuses to run as root; -u drops to the postgres user. It logs to standard error.
-  const asRoot = process.getuid?.() === 0 ? ['-u', 'postgres'] : []
-  const child: ChildProcess = spawn(pgbouncer, [...asRoot, join(dir, 'pgbouncer.ini')], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  })
-  let output = ''
-  child.stderr?.on('data', (c: Buffer) => {
-    output += c.toString()
-  })
-  const exited = new Promise((r) => child.on('exit', r))
-  tmp.after(async () => {
-    child.kill('SIGINT')
-    await exited
-  })
-  await within(10_000, () => canConnect(port)).catch(() => {
-    throw new Error(`PgBouncer did not listen: ${output.slice(-1000)}`)
-  })
-  const pooled = new URL(directUrl)
-  pooled.hostname = '127.0.0.1'
-  pooled.port = String(port)
-  return { url: pooled.toString(), port, user }
-}
-
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    socket.once('connect', () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once('error', () => resolve(false))
-  })
-}
+// Outside CI a machine without PgBouncer skips this test; in CI its absence is a failure
+// (.ci/run installs it).
+const skip = !pgbouncerPresent && !process.env.CI ? `no PgBouncer at ${pgbouncerPath}` : false
 
 describe('behind PgBouncer in transaction mode (DATABASE_POOL_MODE=transaction)', () => {
   test('the contract holds through a real PgBouncer: 200, retry, 40009, 40005, 401, concurrent creates, and a revocation within 1 s', {
     skip,
   }, async () => {
-    assert.ok(present, `CI needs ${pgbouncer} (apt-get install pgbouncer)`)
+    assert.ok(pgbouncerPresent, `CI needs ${pgbouncerPath} (apt-get install pgbouncer)`)
     const db = await createTestDatabase({ after })
     const name = new URL(db.url).pathname.slice(1)
     // Through the pooler the service cannot send statement_timeout; the database carries it.
