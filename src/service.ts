@@ -9,7 +9,7 @@ import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase } from './database.ts'
 import { describeDatabase, primaryUrl } from './db/database-url.ts'
 import { migrate } from './db/migrate.ts'
-import { createSql, databaseLimits } from './db/sql.ts'
+import { createSql, databaseLimits, leaveReadOnlyServer } from './db/sql.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics.ts'
 import { createPlantRepository } from './plants/repository.ts'
@@ -76,7 +76,10 @@ export async function startService(
         })
       }
     }
-    const store = createPlantRepository(sql, undefined, metrics.statementRan)
+    const store = createPlantRepository(sql, undefined, {
+      statementRan: metrics.statementRan,
+      readOnly: leaveReadOnlyServer(sql, log),
+    })
     const server = createApp({
       sql,
       store,

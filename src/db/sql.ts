@@ -81,3 +81,28 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     onclose: () => options.connectionClosed?.(),
   })
 }
+
+/**
+ * What to do when a write meets a read-only server (25006): a standby, or an old primary that a
+ * DNS name still points at. The pool keeps its connections to it, so it ends them from the
+ * server side (its own sessions of this application, this one included); the driver reconnects,
+ * to a writable server once there is one. At most once a second.
+ */
+export function leaveReadOnlyServer(
+  sql: Sql,
+  log: Log,
+  applicationName = 'plant-store',
+): () => void {
+  let last = Number.NEGATIVE_INFINITY
+  return () => {
+    const now = performance.now()
+    if (now - last < 1000) return
+    last = now
+    log.warn('a write met a read-only server; reconnecting')
+    sql`
+      select pg_terminate_backend(pid) from pg_stat_activity
+      where usename = current_user and application_name = ${applicationName}`.catch(() => {
+      // Ending this very session fails the query: the point of it.
+    })
+  }
+}

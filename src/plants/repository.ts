@@ -22,6 +22,14 @@ export type PlantStore = {
   readonly load: () => { queued: number; inFlight: number }
 }
 
+/** What the store tells the rest of the service. */
+export type StoreHooks = {
+  /** Every batch stored: its rows and seconds (for the metrics). */
+  readonly statementRan?: (rows: number, seconds: number) => void
+  /** A write met a read-only server (25006): the pool should leave it. */
+  readonly readOnly?: () => void
+}
+
 /** How creates are grouped into statements. */
 export type BatchLimits = {
   /** Most rows in one statement. */
@@ -58,13 +66,12 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
 /**
  * The PostgreSQL plant store. Creates that arrive while statements are in flight are coalesced
  * into one multi-row statement (one commit for all of them), yet each request gets its own
- * outcome: created, retry or conflict. `statementRan` hears of every batch stored: its rows and
- * seconds.
+ * outcome: created, retry or conflict.
  */
 export function createPlantRepository(
   sql: Sql,
   limits: BatchLimits = defaultBatchLimits,
-  statementRan: (rows: number, seconds: number) => void = () => {},
+  { statementRan = () => {}, readOnly = () => {} }: StoreHooks = {},
 ): PlantStore {
   const queue: Pending[] = []
   let inFlight = 0
@@ -136,6 +143,7 @@ export function createPlantRepository(
       // transaction, so all its rows or none are stored, and a retry is safe either way.
       // Any other error is retried one create at a time, so one bad row fails only itself.
       if (isUnavailable(err) || batch.length === 1) {
+        if ((err as { code?: unknown }).code === '25006') readOnly()
         for (const p of batch) p.reject(err)
         return
       }

@@ -11,6 +11,8 @@ import {
   startPrimaryAndStandby,
   startServer,
 } from '../helpers/replication.ts'
+import { startTcpProxy } from '../helpers/tcp-proxy.ts'
+import { within } from '../helpers/wait.ts'
 
 /** The service on a URL listing both servers, as libpq writes it; its log lines are kept. */
 async function serviceOn(ports: number[], t: { after: (fn: () => unknown) => void }) {
@@ -119,5 +121,48 @@ describe('a primary with a synchronous standby (real PostgreSQL 18 servers)', ()
     await later.stop()
     assert.deepEqual([...later.statuses.keys()], [200])
     assert.deepEqual(await lostAcknowledgements(newPrimary, later.acknowledged), [])
+  })
+
+  test('a name that still points at a read-only server: 503 with Retry-After, never 500, then 200 within 5 s of it pointing at the primary again', async () => {
+    const { primary, standby, cleanup } = await startPrimaryAndStandby({ after })
+    const primaryUrl = `postgres://postgres@127.0.0.1:${primary.port}/plants`
+    // The proxy plays a DNS name: it sends new connections wherever it points now.
+    const name = await startTcpProxy(primaryUrl)
+    cleanup.after(() => name.close())
+    const lines: Record<string, unknown>[] = []
+    const log = createLog('info', (l) => lines.push(JSON.parse(l) as Record<string, unknown>))
+    const service = await startService(parseConfig({ DATABASE_URL: name.url, PORT: '0' }), log)
+    cleanup.after(() => service.close())
+    const primarySql = connect(primary.port)
+    cleanup.after(() => primarySql.end())
+    const token = await tokenFor(primarySql, service.url, 'dns')
+    const post = async () => {
+      const res = await fetch(`${service.url}/plants`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          id: Date.now() * 1000 + Math.floor(Math.random() * 1000),
+          name: 'dns',
+        }),
+      })
+      const body = (await res.json()) as { error?: number }
+      if (res.status === 503) assert.equal(res.headers.get('retry-after'), '1')
+      return { status: res.status, error: body.error }
+    }
+    assert.equal((await post()).status, 200)
+
+    // The name now points at the standby, and the service's sessions on the primary end.
+    name.retarget(`postgres://postgres@127.0.0.1:${standby.port}/plants`)
+    await primarySql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'plant-store'`
+    const metReadOnly = () => lines.some((l) => l.reason === 'database error 25006')
+    await within(5000, async () => (await post()).status === 503 && metReadOnly())
+
+    // The name points at the primary again: the service leaves the read-only server by itself.
+    name.retarget(primaryUrl)
+    const back = await within(5000, async () => (await post()).status === 200)
+    assert.ok(!lines.some((l) => l.status === 500), 'a 500 was answered')
+    process.stderr.write(
+      `# read-only server left: 200 again ${Math.round(back)} ms after the name pointed back\n`,
+    )
   })
 })

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net'
 import { createApp } from '../../src/app.ts'
 import { createTokenCache, type TokenCache } from '../../src/auth/token-cache.ts'
 import { createToken } from '../../src/auth/token-repository.ts'
-import { createSql } from '../../src/db/sql.ts'
+import { createSql, leaveReadOnlyServer } from '../../src/db/sql.ts'
 import { createLog } from '../../src/log.ts'
 import { createMetrics, type Metrics, noMetrics } from '../../src/metrics.ts'
 import {
@@ -66,7 +66,10 @@ export async function startTestServer(
   })
   const tokens = createTokenCache(sql, log)
   await tokens.start()
-  const store = createPlantRepository(sql, batchLimits, metrics.statementRan)
+  const store = createPlantRepository(sql, batchLimits, {
+    statementRan: metrics.statementRan,
+    readOnly: leaveReadOnlyServer(sql, log),
+  })
   const server = createApp({ sql, store, tokens, log, metrics, traceContext })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.after(async () => {

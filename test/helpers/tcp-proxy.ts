@@ -14,6 +14,8 @@ export type TcpProxy = {
    * up. Resolves once it has cut.
    */
   readonly cutAtFirstQuery: () => Promise<void>
+  /** Sends new connections to the host and port of `databaseUrl`, as a changed DNS name would. */
+  readonly retarget: (databaseUrl: string) => void
   readonly close: () => Promise<void>
 }
 
@@ -49,7 +51,7 @@ function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
 
 /** Starts a proxy on 127.0.0.1 to the host and port of `databaseUrl`. */
 export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
-  const target = new URL(databaseUrl)
+  let target = new URL(databaseUrl)
   const sockets = new Set<Socket>()
   let server: Server | undefined
   let port = 0
@@ -101,6 +103,9 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       new Promise<void>((resolve) => {
         cutAtQuery = () => void cut().then(resolve)
       }),
+    retarget: (url) => {
+      target = new URL(url)
+    },
     close: cut,
   }
 }
