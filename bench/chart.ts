@@ -10,6 +10,23 @@ export type LevelSummary = {
 
 const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;')
 
+/** Five horizontal lines from 0 to `top` with their values at the left. */
+function gridLines(
+  top: number,
+  y: (v: number) => number,
+  left: number,
+  right: number,
+  label: (v: number) => string,
+): string[] {
+  return [0, 1, 2, 3, 4].flatMap((i) => {
+    const v = (top * i) / 4
+    return [
+      `<line x1="${left}" x2="${right}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`,
+      `<text x="${left - 8}" y="${y(v) + 4}" text-anchor="end" font-size="12">${label(v)}</text>`,
+    ]
+  })
+}
+
 /** A grouped bar chart, service against ceiling per level, as a standalone SVG. */
 export function renderChart(
   levels: readonly LevelSummary[],
@@ -28,14 +45,7 @@ export function renderChart(
   const y = (v: number) => bottom - ((bottom - top) * v) / top100
   const groupWidth = (width - left - 40) / levels.length
   const bar = groupWidth / 3.2
-  const parts: string[] = []
-  for (let i = 0; i <= 4; i++) {
-    const v = (top100 * i) / 4
-    parts.push(
-      `<line x1="${left}" x2="${width - 30}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`,
-      `<text x="${left - 8}" y="${y(v) + 4}" text-anchor="end" font-size="12">${Math.round(v).toLocaleString('en')}</text>`,
-    )
-  }
+  const parts = gridLines(top100, y, left, width - 30, (v) => Math.round(v).toLocaleString('en'))
   levels.forEach((l, i) => {
     const x = left + i * groupWidth + groupWidth / 2
     parts.push(
@@ -74,14 +84,7 @@ export function renderBatchChart(
   const y = (v: number) => bottom - ((bottom - top) * v) / scale
   const groupWidth = (width - left - 30) / levels.length
   const bar = groupWidth / 2
-  const parts: string[] = []
-  for (let i = 0; i <= 4; i++) {
-    const v = (scale * i) / 4
-    parts.push(
-      `<line x1="${left}" x2="${width - 20}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`,
-      `<text x="${left - 8}" y="${y(v) + 4}" text-anchor="end" font-size="12">${v.toFixed(v % 1 ? 1 : 0)}</text>`,
-    )
-  }
+  const parts = gridLines(scale, y, left, width - 20, (v) => v.toFixed(v % 1 ? 1 : 0))
   levels.forEach((l, i) => {
     const x = left + i * groupWidth + groupWidth / 2
     parts.push(
