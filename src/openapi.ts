@@ -79,6 +79,15 @@ function errorResponse(status: number, summary: string, headers: Record<string, 
   }
 }
 
+// A 200 that is not JSON: a page or the metrics text.
+function textResponse(description: string, mediaType: string) {
+  return {
+    description,
+    headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
+    content: { [mediaType]: { schema: { type: 'string' } } },
+  }
+}
+
 function okResponse(description: string, schema: Record<string, unknown>, example?: unknown) {
   return {
     description,
@@ -149,7 +158,6 @@ export function buildOpenApiDocument(): Record<string, unknown> {
       version: '1.0.0',
       summary: 'A sample plant store interface: create plants.',
       contact: { name: 'The plant store team' },
-
       description: [
         'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
         '',
@@ -242,11 +250,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         'operations',
         'Prometheus metrics',
         'Counters, gauges and histograms of this instance in the Prometheus text exposition format: requests by route and status, creates by outcome, the create queue, batch sizes, database unavailability, the token cache, and the runtime. 404 when the service runs with `METRICS=off`.',
-        {
-          description: 'The metrics',
-          headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
-          content: { 'text/plain': { schema: { type: 'string' } } },
-        },
+        textResponse('The metrics', 'text/plain'),
       ),
       '/openapi.json': probe(
         'getOpenApiDocument',
@@ -260,11 +264,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         'documentation',
         'The API reference page',
         'This document rendered by Swagger UI, where a token can be entered and requests tried. Everything the page loads comes from the service itself.',
-        {
-          description: 'The HTML page',
-          headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } },
-          content: { 'text/html': { schema: { type: 'string' } } },
-        },
+        textResponse('The HTML page', 'text/html'),
       ),
     },
     components: {
