@@ -1,11 +1,5 @@
 import type { Metric } from 'prom-client'
 
-/** A counter or histogram whose updates cost a map look-up and an array update. */
-export type FastSeries<L extends string> = {
-  /** Registered in a prom-client registry, which formats it with the rest. */
-  readonly metric: Metric<L>
-}
-
 type Value = { metricName?: string; labels: Record<string, string | number>; value: number }
 
 // prom-client's own counters and histograms validate and hash their label object on every

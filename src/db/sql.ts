@@ -40,6 +40,9 @@ function withPrimaryForReadWrite(url: string): string {
   return url.replace(/([?&]target_session_attrs=)read-write(?=&|$)/, '$1primary')
 }
 
+/** The application_name of the service's sessions; `leaveReadOnlyServer` ends them by it. */
+const applicationName = 'plant-store'
+
 /** Options of the connection pool. */
 export type SqlOptions = {
   readonly max?: number
@@ -70,13 +73,12 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     // the process (porsager/postgres#1192, #1223). The service sends only text[] and int8[].
     fetch_types: false,
     types: { textArray: arrayType(textArray), int8Array: arrayType(int8Array) },
-    connection: options.transactionPooler
-      ? { application_name: options.applicationName ?? 'plant-store' }
-      : {
-          application_name: options.applicationName ?? 'plant-store',
-          statement_timeout: databaseLimits.statement,
-          plan_cache_mode: 'force_custom_plan',
-        },
+    connection: {
+      application_name: options.applicationName ?? applicationName,
+      ...(options.transactionPooler
+        ? {}
+        : { statement_timeout: databaseLimits.statement, plan_cache_mode: 'force_custom_plan' }),
+    },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
     onclose: () => options.connectionClosed?.(),
   })
@@ -88,11 +90,7 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
  * server side (its own sessions of this application, this one included); the driver reconnects,
  * to a writable server once there is one. At most once a second.
  */
-export function leaveReadOnlyServer(
-  sql: Sql,
-  log: Log,
-  applicationName = 'plant-store',
-): () => void {
+export function leaveReadOnlyServer(sql: Sql, log: Log): () => void {
   let last = Number.NEGATIVE_INFINITY
   return () => {
     const now = performance.now()
