@@ -81,14 +81,15 @@ function page(assets: string): Buffer {
  * cached for a year; the page itself is revalidated by its ETag.
  */
 export function createDocsRoutes(): Route[] {
-  const assets = readAssets()
+  const etagOf = (body: Buffer) =>
+    `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`
+  const assets = readAssets().map((asset) => ({ ...asset, etag: etagOf(asset.body) }))
+  // The path's version is a hash of the assets' own hashes: each body is hashed once.
   const version = createHash('sha256')
-    .update(Buffer.concat(assets.map((a) => a.body)))
+    .update(assets.map((a) => a.etag).join(''))
     .digest('hex')
     .slice(0, 12)
   const base = `docs/assets/${version}`
-  const etagOf = (body: Buffer) =>
-    `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`
   const html = page(base)
   const pageContent: Content = {
     kind: 'content',
@@ -109,7 +110,7 @@ export function createDocsRoutes(): Route[] {
         type: asset.type,
         body: asset.body,
         cacheControl: 'public, max-age=31536000, immutable',
-        etag: etagOf(asset.body),
+        etag: asset.etag,
       }
       return { method: 'GET', path: `/${base}/${asset.name}`, handler: () => content }
     }),
