@@ -62,7 +62,7 @@ export async function startPgBouncer(directUrl: string, t: Cleanup, { poolSize =
 }
 
 /** Whether something accepts TCP connections on the port of 127.0.0.1. */
-export function canConnect(port: number): Promise<boolean> {
+function canConnect(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1')
     socket.once('connect', () => {
