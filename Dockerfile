@@ -7,7 +7,9 @@ ARG NODE_IMAGE=node:24-bookworm-slim
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-# Runtime dependencies only. Left out as well: the embedded PostgreSQL, for running without
+# The fix to the postgres driver, applied by npm ci's postinstall (patch-package).
+COPY patches ./patches
+# Runtime dependencies only (patch-package among them, so that the patch applies here too). Left out as well: the embedded PostgreSQL, for running without
 # DATABASE_URL, which a container never does (its binaries are about 100 MB), and TypeScript,
 # which npm installs as an optional peer of valibot even with --omit=dev (about 30 MB) but which
 # nothing needs at run time: tsx strips the types itself.
