@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { openSocket, rawRequest, readUntilClosed } from './helpers/raw-http.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
+import { within } from './helpers/wait.ts'
 
 const s = await startTestServer({ after })
 
@@ -85,6 +86,22 @@ describe('bearer authentication', () => {
     const res = await s.post({ id: uniqueId(), name: 'no' }, { token })
     assert.equal(res.status, 401)
     assert.equal(((await res.json()) as { error: number }).error, 40102)
+  })
+
+  test('a token verified many times is refused within 1 s of its revocation, by the notification alone', async () => {
+    const name = `cached-${uniqueId()}`
+    const token = await s.newToken(name)
+    for (let i = 0; i < 20; i++) {
+      const res = await s.post({ id: uniqueId(), name: 'ok' }, { token })
+      assert.equal(res.status, 200)
+    }
+    await s.db.sql`update api_tokens set revoked_at = now() where name = ${name}`
+    await within(
+      1000,
+      async () => (await s.post({ id: uniqueId(), name: 'no' }, { token })).status === 401,
+    )
+    // The other tokens are verified again after the reload that cleared the cache.
+    assert.equal((await s.post({ id: uniqueId(), name: 'still ok' })).status, 200)
   })
 
   test('the scheme name is case-insensitive', async () => {

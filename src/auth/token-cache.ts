@@ -29,6 +29,10 @@ export function createTokenCache(
   listenSql: Sql = sql,
 ): TokenCache {
   let byDigest = new Map<string, string>()
+  // Tokens already verified since the last load, by their text: a map look-up instead of a
+  // SHA-256 per request. Only valid tokens enter it, so it holds at most one entry per valid
+  // token; every load starts it afresh, so a revocation clears it.
+  let verified = new Map<string, string>()
   let running: Promise<void> | undefined
   let queued: Promise<void> | undefined
   let timer: ReturnType<typeof setInterval> | undefined
@@ -41,6 +45,7 @@ export function createTokenCache(
       from api_tokens
       where revoked_at is null`
     byDigest = new Map(rows.map((r) => [r.digest, r.name]))
+    verified = new Map()
     loadedAt = Date.now()
     log.debug('tokens loaded', { count: byDigest.size })
   }
@@ -73,7 +78,11 @@ export function createTokenCache(
 
   return Object.freeze({
     verify(token: string) {
-      return byDigest.get(tokenDigest(token).toString('hex'))
+      const known = verified.get(token)
+      if (known !== undefined) return known
+      const name = byDigest.get(tokenDigest(token).toString('hex'))
+      if (name !== undefined) verified.set(token, name)
+      return name
     },
     reload,
     state: () => ({ valid: byDigest.size, loadedAt }),
