@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
+import { databaseLimits } from '../src/db/sql.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
@@ -28,6 +29,58 @@ describe('database faults', () => {
     const id = uniqueId()
     await within(5000, async () => (await s.post({ id, name: 'after' })).status === 200)
     assert.equal((await db.sql`select 1 from plants where id = ${id}`).length, 1)
+  })
+
+  test('a database that stops answering: creates in flight and waiting alike are answered 503 at the 6 s deadline, not later', async () => {
+    const db = await createTestDatabase({ after })
+    const proxy = await startTcpProxy(db.url)
+    after(() => proxy.close())
+    // One statement of at most 5 rows in flight; the rest of the creates wait for it.
+    const s = await startTestServer(
+      { after },
+      {
+        db,
+        connectTo: () => proxy.url,
+        batchLimits: { maxBatch: 5, maxInFlight: 1, maxQueued: 100 },
+      },
+    )
+    assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
+
+    // Nothing reaches PostgreSQL any more, so its statement timeout never fires, and no
+    // connection closes: only the service's own deadline can answer.
+    proxy.freeze()
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, async (_, i) => {
+        const started = performance.now()
+        const res = await s.post(
+          { id: uniqueId(), name: `frozen ${i}` },
+          { headers: { 'x-request-id': `frozen-${i}` } },
+        )
+        const body = (await res.json()) as { error: number }
+        return { status: res.status, error: body.error, ms: performance.now() - started }
+      }),
+    )
+    await proxy.cut()
+    for (const a of answers) {
+      assert.deepEqual([a.status, a.error], [503, 50301])
+      assert.ok(
+        a.ms >= databaseLimits.request - 100,
+        `answered after ${a.ms} ms, before the deadline`,
+      )
+      assert.ok(a.ms < databaseLimits.request + 1000, `answered after ${a.ms} ms`)
+    }
+    // Both kinds were there: creates sent in a statement, and creates still waiting.
+    assert.ok(s.store.load().queued === 0)
+    const reasons = s.logs
+      .filter(
+        (l) => l.message === 'database unavailable' && String(l.requestId).startsWith('frozen-'),
+      )
+      .map((l) => String(l.reason))
+    assert.equal(reasons.length, 12)
+    assert.ok(
+      reasons.every((r) => /deadline/.test(r)),
+      reasons.join('; '),
+    )
   })
 
   test('an outage while the driver sets up a connection is answered 503, never ends the process', async () => {

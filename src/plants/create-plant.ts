@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http'
 import { authenticate } from '../auth/authenticate.ts'
 import type { TokenCache } from '../auth/token-cache.ts'
-import { DatabaseUnavailable, withDeadline } from '../db/unavailable.ts'
+import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { type Failure, failure } from '../errors.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
 import { type Handler, reply } from '../http/types.ts'
@@ -54,13 +54,12 @@ export function createPlantHandler({
       createAnswered('invalid')
       return read
     }
-    const outcome = await withDeadline(
-      store.create(read.plant, tokenName, performance.now() + databaseDeadlineMs),
-      databaseDeadlineMs,
-    ).catch((err: unknown) => {
-      if (err instanceof DatabaseUnavailable) createAnswered('unavailable')
-      throw err
-    })
+    const outcome = await store
+      .create(read.plant, tokenName, performance.now() + databaseDeadlineMs)
+      .catch((err: unknown) => {
+        if (err instanceof DatabaseUnavailable) createAnswered('unavailable')
+        throw err
+      })
     createAnswered(outcome.kind === 'failure' ? 'conflict' : outcome.kind)
     return outcome.kind === 'failure' ? outcome : reply(outcome.plant)
   }

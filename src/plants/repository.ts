@@ -9,9 +9,9 @@ export type CreateOutcome = { kind: 'created' | 'retry'; plant: Plant } | Failur
 /** What the HTTP layer needs of plant storage. */
 export type PlantStore = {
   /**
-   * Stores the plant, or recognises a retry; resolves only after the commit. A create still
-   * waiting for a statement at `expiresAt` (a `performance.now()` time) is dropped, unsent, as
-   * unavailable: its request has been answered 503 by then.
+   * Stores the plant, or recognises a retry; resolves only after the commit. At `expiresAt` (a
+   * `performance.now()` time) it rejects as unavailable (deadline), whether its statement is in
+   * flight or not yet sent; one not yet sent is then dropped, never sent.
    */
   readonly create: (
     plant: NewPlant,
@@ -39,6 +39,11 @@ export type BatchLimits = {
   /** Most creates waiting; beyond it a create is refused at once as unavailable (503). */
   readonly maxQueued: number
 }
+
+const pastDeadline = () =>
+  new DatabaseUnavailable("no answer from the database before the request's deadline", {
+    reason: 'deadline',
+  })
 
 const defaultBatchLimits: BatchLimits = { maxBatch: 1000, maxInFlight: 2, maxQueued: 10_000 }
 
@@ -128,8 +133,48 @@ export function createPlantRepository(
     return outcome
   }
 
+  // A create is answered 503 at its deadline whether it still waits or its statement is in
+  // flight (the driver may stall for seconds while it reconnects): one timer for the queue's
+  // oldest create and one per statement, rather than one per request.
+  let queueTimer: ReturnType<typeof setTimeout> | undefined
+  function watchQueue(): void {
+    const head = queue[0]
+    if (queueTimer !== undefined || head === undefined || head.expiresAt === Infinity) return
+    queueTimer = setTimeout(() => {
+      queueTimer = undefined
+      dropExpired()
+      watchQueue()
+    }, head.expiresAt - performance.now())
+  }
+
+  // Creates wait in arrival order with one deadline length, so the expired ones lead the queue.
+  function dropExpired(): void {
+    const now = performance.now()
+    let expired = 0
+    while (expired < queue.length && (queue[expired]?.expiresAt ?? now) <= now) expired++
+    for (const p of queue.splice(0, expired)) p.reject(pastDeadline())
+  }
+
+  /** Answers each create of a statement in flight at its deadline; returns the stop. */
+  function watchBatch(batch: readonly Pending[]): () => void {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const check = () => {
+      const now = performance.now()
+      let next = Number.POSITIVE_INFINITY
+      for (const p of batch) {
+        // Rejecting a create a second time, or after its outcome, changes nothing.
+        if (p.expiresAt <= now) p.reject(pastDeadline())
+        else if (p.expiresAt < next) next = p.expiresAt
+      }
+      timer = next === Number.POSITIVE_INFINITY ? undefined : setTimeout(check, next - now)
+    }
+    check()
+    return () => clearTimeout(timer)
+  }
+
   async function run(batch: Pending[]): Promise<void> {
     const started = performance.now()
+    const stopWatching = watchBatch(batch)
     try {
       const outcomes = await storeBatch(batch)
       statementRan(batch.length, (performance.now() - started) / 1000)
@@ -148,20 +193,14 @@ export function createPlantRepository(
         return
       }
       await Promise.all(batch.map((p) => storeAlone(p).then(p.resolve, p.reject)))
+    } finally {
+      stopWatching()
     }
   }
 
   function flush(): void {
     scheduled = false
-    // Creates wait in arrival order with one deadline length, so the expired ones lead the queue.
-    const now = performance.now()
-    let expired = 0
-    while (expired < queue.length && (queue[expired]?.expiresAt ?? now) < now) expired++
-    for (const p of queue.splice(0, expired)) {
-      p.reject(
-        new DatabaseUnavailable('gave up waiting for a database statement', { reason: 'deadline' }),
-      )
-    }
+    dropExpired()
     while (inFlight < limits.maxInFlight && queue.length > 0) {
       const batch = queue.splice(0, limits.maxBatch)
       inFlight++
@@ -170,6 +209,7 @@ export function createPlantRepository(
         schedule()
       })
     }
+    watchQueue()
   }
 
   // Flushing after the current I/O phase lets the creates parsed in it share one statement.
@@ -195,6 +235,7 @@ export function createPlantRepository(
     return new Promise<CreateOutcome>((resolve, reject) => {
       queue.push({ plant, createdBy, expiresAt, resolve, reject })
       schedule()
+      watchQueue()
     }).catch(translateUnavailable)
   }
 

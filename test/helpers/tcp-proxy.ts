@@ -14,6 +14,11 @@ export type TcpProxy = {
    * up. Resolves once it has cut.
    */
   readonly cutAtFirstQuery: () => Promise<void>
+  /**
+   * Stops passing bytes either way, on every connection and on new ones, without closing any:
+   * a database that stops answering (a network that drops packets). `cut` ends it.
+   */
+  readonly freeze: () => void
   /** Sends new connections to the host and port of `databaseUrl`, as a changed DNS name would. */
   readonly retarget: (databaseUrl: string) => void
   readonly close: () => Promise<void>
@@ -56,6 +61,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   let server: Server | undefined
   let port = 0
   let cutAtQuery: (() => void) | undefined
+  let frozen = false
 
   async function listen(): Promise<void> {
     server = createServer((client) => {
@@ -73,6 +79,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       cutAtQuery = undefined
       // Registered before the pipe: the chunk with the query meets a destroyed upstream.
       if (onQuery) client.on('data', watchForFirstQuery(onQuery))
+      if (frozen) return
       client.pipe(upstream)
       upstream.pipe(client)
     })
@@ -88,6 +95,15 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
     for (const s of sockets) s.destroy()
     await closing
     server = undefined
+    frozen = false
+  }
+
+  function freeze(): void {
+    frozen = true
+    for (const s of sockets) {
+      s.unpipe()
+      s.pause()
+    }
   }
 
   await listen()
@@ -99,6 +115,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
     url: url.toString(),
     cut,
     restore: listen,
+    freeze,
     cutAtFirstQuery: () =>
       new Promise<void>((resolve) => {
         cutAtQuery = () => void cut().then(resolve)
