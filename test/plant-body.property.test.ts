@@ -97,6 +97,43 @@ describe('property: any body gets 200 or an Error-shaped 4xx, never a 5xx', () =
     )
   })
 
+  test('the top-level id comes back exactly as written: the last id member, integer literals as bigint', () => {
+    // Objects whose members are written out: the id (once or repeated), other keys (some of
+    // them "id" written with an escape, or nested objects with their own id), in any order.
+    const number = fc.oneof(
+      fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
+      fc.constantFrom('1.0', '1e3', '-0', '0', '2.5E-3', '9007199254740993'),
+    )
+    const otherMember = fc.oneof(
+      fc.tuple(fc.constantFrom('"name"', '"tag"', '"x"', '"ids"'), fc.json({ maxDepth: 2 })),
+      fc.tuple(fc.constant('"name"'), fc.constantFrom('"id"', '"\\"id\\""', '{"id":7}')),
+      fc.tuple(fc.constantFrom('"\\u0069d"', '"i\\u0064"'), number),
+    )
+    const idMember = number.map((n) => ['"id"', n] as [string, string])
+    const space = fc.constantFrom('', ' ', '\n')
+    const object = fc
+      .tuple(idMember, fc.array(fc.oneof(otherMember, idMember), { maxLength: 4 }), space)
+      .map(([first, rest, ws]) => {
+        const members = [first, ...rest]
+        return `{${members.map(([k, v]) => `${k}:${ws}${v}`).join(',')}}`
+      })
+    fc.assert(
+      fc.property(object, (text) => {
+        const parsed = parseJsonBody(Buffer.from(text))
+        assert.ok(!('kind' in parsed), text)
+        const id = (parsed.value as { id: unknown }).id
+        // What JSON.parse keeps for id is the last top-level member named id, however written.
+        const reference = JSON.parse(
+          text.replace(/("id"|"\\u0069d"|"i\\u0064"):\s*(-?[0-9][0-9.eE+-]*)/g, '$1:"$2"'),
+        ) as { id: string }
+        const literal = reference.id
+        const expected = /^-?(?:0|[1-9][0-9]*)$/.test(literal) ? BigInt(literal) : Number(literal)
+        assert.deepEqual(id, expected, text)
+      }),
+      { seed, numRuns: 3000 },
+    )
+  })
+
   test('the service answers every body with 200 or a 400 Error, and stores what it acknowledged', async () => {
     await fc.assert(
       fc.asyncProperty(body, async (raw) => {

@@ -24,11 +24,26 @@ export function parseJsonBody(bytes: Uint8Array): { value: unknown } | Failure {
   if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
     const record = value as Record<string, unknown>
     if (typeof record.id === 'number') {
-      const source = topLevelIdSource(text)
+      const source = usualIdSource(text) ?? topLevelIdSource(text)
       if (source !== undefined && integerLiteral.test(source)) record.id = BigInt(source)
     }
   }
   return { value }
+}
+
+/**
+ * The id's source text in the usual body, without a scan: it starts `{"id":` and a number, has no
+ * backslash (so no key is written with escapes) and no other `"id"` anywhere, so that member is
+ * the only top-level `id`. `undefined` for any other body.
+ */
+function usualIdSource(text: string): string | undefined {
+  if (!text.startsWith('{"id":')) return undefined
+  const c = text.charCodeAt(6)
+  if (!(c === 0x2d || (c >= 0x30 && c <= 0x39))) return undefined
+  if (text.indexOf('"id"', 6) !== -1 || text.indexOf('\\') !== -1) return undefined
+  let j = 7
+  while (j < text.length && isNumberChar(text.charCodeAt(j))) j++
+  return text.slice(6, j)
 }
 
 /**
