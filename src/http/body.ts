@@ -34,34 +34,36 @@ const tooLarge = () => failure(40003, `body: must be at most ${maxBodyBytes} byt
 export function readBody(req: IncomingMessage): Promise<Buffer | Failure> {
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > maxBodyBytes) return Promise.resolve(tooLarge())
+  // Inline callbacks, not named ones: tsx keeps function names, which costs a defineProperty
+  // for each named closure made, and these are made for every request.
   return new Promise((resolve) => {
     const chunks: Buffer[] = []
     let size = 0
-    const finish = (result: Buffer | Failure) => {
-      req.off('data', onData)
-      req.off('end', onEnd)
-      req.off('close', onClose)
-      resolve(result)
-    }
-    const onData = (chunk: Buffer) => {
+    let done = false
+    req.on('data', (chunk: Buffer) => {
+      if (done) return
       size += chunk.length
       if (size > maxBodyBytes) {
+        done = true
         req.pause()
-        finish(tooLarge())
+        resolve(tooLarge())
         return
       }
       chunks.push(chunk)
-    }
-    const onEnd = () =>
-      finish(
+    })
+    req.on('end', () => {
+      if (done) return
+      done = true
+      resolve(
         size === 0
           ? failure(40001, 'body: required; send a NewPlant JSON object')
           : Buffer.concat(chunks, size),
       )
-    const onClose = () =>
-      finish(failure(40001, 'body: the request ended before the body was complete'))
-    req.on('data', onData)
-    req.on('end', onEnd)
-    req.on('close', onClose)
+    })
+    req.on('close', () => {
+      if (done) return
+      done = true
+      resolve(failure(40001, 'body: the request ended before the body was complete'))
+    })
   })
 }
