@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
 import { hostUrls } from './db/database-url.ts'
 
@@ -15,6 +16,7 @@ export const settings = {
   LOG_LEVEL: { default: 'info' },
   METRICS: { default: 'on' },
   TRACE_CONTEXT: { default: 'on' },
+  WORKERS: { default: '1' },
 } as const
 
 const onOff = v.pipe(
@@ -37,6 +39,13 @@ const port = v.pipe(
   v.maxValue(65535, 'must be an integer from 0 to 65535'),
 )
 
+const workers = v.pipe(
+  v.string(),
+  v.regex(/^(?:auto|[1-9][0-9]{0,2})$/, 'must be auto or an integer from 1 to 256'),
+  v.transform((s) => (s === 'auto' ? availableParallelism() : Number(s))),
+  v.maxValue(256, 'must be auto or an integer from 1 to 256'),
+)
+
 const EnvSchema = v.object({
   DATABASE_URL: v.optional(databaseUrl),
   DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
@@ -46,6 +55,7 @@ const EnvSchema = v.object({
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
   METRICS: onOff,
   TRACE_CONTEXT: onOff,
+  WORKERS: workers,
 })
 
 /** The validated, frozen settings of one process. */
@@ -65,6 +75,8 @@ export type Config = Readonly<{
   metrics: boolean
   /** Keep or start a W3C trace context per request: `traceparent` and the log's trace ids. */
   traceContext: boolean
+  /** Processes serving HTTP: 1 is this process alone; more are node:cluster workers. */
+  workers: number
 }>
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
@@ -108,5 +120,6 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     logLevel: out.LOG_LEVEL,
     metrics: out.METRICS,
     traceContext: out.TRACE_CONTEXT,
+    workers: out.WORKERS,
   })
 }

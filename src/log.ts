@@ -27,7 +27,13 @@ function isoNow(): string {
 }
 
 /** Creates a logger that drops lines below `level` and hands each line to `write`. */
-export function createLog(level: LogLevel, write: (line: string) => void): Log {
+export function createLog(
+  level: LogLevel,
+  write: (line: string) => void,
+  /** Fields written on every line, after the message (e.g. the worker). */
+  fixed?: LogFields,
+): Log {
+  const always = fixed === undefined ? '' : `,${JSON.stringify(fixed).slice(1, -1)}`
   const threshold = logLevels.indexOf(level)
   const enabled = (l: LogLevel) => logLevels.indexOf(l) >= threshold
   const at = (l: LogLevel) =>
@@ -37,7 +43,7 @@ export function createLog(level: LogLevel, write: (line: string) => void): Log {
           // without copying the fields into a new object (fields never repeat these three).
           const rest = fields === undefined ? '' : JSON.stringify(fields).slice(1, -1)
           write(
-            `{"time":"${isoNow()}","level":"${l}","message":${JSON.stringify(message)}${rest === '' ? '' : `,${rest}`}}\n`,
+            `{"time":"${isoNow()}","level":"${l}","message":${JSON.stringify(message)}${always}${rest === '' ? '' : `,${rest}`}}\n`,
           )
         }
       : () => {}
@@ -53,22 +59,35 @@ export function createLog(level: LogLevel, write: (line: string) => void): Log {
 /**
  * Coalesces the lines written during one turn of the event loop into one write: under load, one
  * system call for many request lines. Call the returned `flush` before the process exits.
+ * `maxBytes` bounds each write: processes sharing one pipe (WORKERS) need writes of at most
+ * PIPE_BUF (4096) bytes, which the kernel never interleaves; a longer line is written alone.
  */
-export function coalescedWriter(write: (chunk: string) => void): {
+export function coalescedWriter(
+  write: (chunk: string) => void,
+  maxBytes = Number.POSITIVE_INFINITY,
+): {
   write: (line: string) => void
   flush: () => void
 } {
   let pending = ''
+  let pendingBytes = 0
   let scheduled = false
   const flush = () => {
     scheduled = false
     if (pending === '') return
     const chunk = pending
     pending = ''
+    pendingBytes = 0
     write(chunk)
   }
+  const bounded = maxBytes !== Number.POSITIVE_INFINITY
   return {
     write(line) {
+      if (bounded) {
+        const bytes = Buffer.byteLength(line)
+        if (pendingBytes + bytes > maxBytes) flush()
+        pendingBytes += bytes
+      }
       pending += line
       if (!scheduled) {
         scheduled = true

@@ -1,7 +1,9 @@
+import cluster from 'node:cluster'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import process from 'node:process'
 import { runTokenCommand, tokenUsage } from './cli/token-command.ts'
+import { runPrimary } from './cluster.ts'
 import { type Config, ConfigError, parseConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './db/migrate.ts'
@@ -42,14 +44,32 @@ async function main(argv: readonly string[]): Promise<number> {
 }
 
 async function serve(config: Config): Promise<number> {
-  const out = coalescedWriter((chunk) => process.stdout.write(chunk))
+  if (config.workers > 1 && 'Deno' in globalThis) {
+    process.stderr.write(
+      `plant-store: WORKERS=${config.workers} needs node:cluster, which Deno does not provide; under Deno run one process (WORKERS=1) per instance\n`,
+    )
+    return 1
+  }
+  const worker = cluster.worker
+  // Workers share the primary's standard output: writes of at most PIPE_BUF stay whole.
+  const out = coalescedWriter(
+    (chunk) => process.stdout.write(chunk),
+    worker === undefined ? undefined : 4096,
+  )
   process.on('exit', out.flush)
-  const log = createLog(config.logLevel, out.write)
+  const log = createLog(
+    config.logLevel,
+    out.write,
+    worker === undefined ? undefined : { worker: worker.id },
+  )
   let stopping: ((signal: string) => void) | undefined
   const stopped = new Promise<string>((resolve) => {
     stopping = resolve
   })
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => stopping?.(signal))
+  if (config.workers > 1 && cluster.isPrimary) return runPrimary(config, log, stopped)
+  // A worker whose primary is gone (killed) stops as on SIGTERM.
+  if (worker) process.on('disconnect', () => stopping?.('disconnect from the primary'))
   let service: Awaited<ReturnType<typeof startService>>
   try {
     service = await startService(config, log)

@@ -1,5 +1,12 @@
 import { readFileSync } from 'node:fs'
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import {
+  AggregatorRegistry,
+  Counter,
+  collectDefaultMetrics,
+  Gauge,
+  Histogram,
+  Registry,
+} from 'prom-client'
 import type { UnavailableReason } from './db/unavailable.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
 import type { Handler } from './http/types.ts'
@@ -65,8 +72,13 @@ const version = (
  * process metrics (event-loop lag, heap, GC, handles). Counters are created with every label
  * value at zero, so that `rate()` and alerts see a series before its first event.
  */
-export function createMetrics(): Metrics {
+export function createMetrics({ clusterWorker = false } = {}): Metrics {
   const registry = new Registry()
+  if (clusterWorker) {
+    // The primary asks each worker for this registry (prom-client's cluster support).
+    AggregatorRegistry.setRegistries(registry)
+    new AggregatorRegistry()
+  }
   collectDefaultMetrics({ register: registry })
   // These three gauges break the naming rule promtool checks (_total is for counters); the same
   // numbers remain, by type, in nodejs_active_handles, _requests and _resources: sum() them.
@@ -83,6 +95,7 @@ export function createMetrics(): Metrics {
     help: 'Always 1; the labels name the service version and the runtime',
     labelNames: ['version', 'runtime', 'runtime_version'],
     registers,
+    aggregator: 'first',
   }).set({ version, ...runtime() }, 1)
 
   // The two metrics updated on every request, kept cheap (see fast-metric.ts).
@@ -152,6 +165,8 @@ export function createMetrics(): Metrics {
     name: 'plant_store_token_cache_tokens',
     help: 'Valid (not revoked) API tokens in this instance’s cache',
     registers,
+    // With WORKERS, each worker holds the same tokens.
+    aggregator: 'max',
     collect() {
       this.set(sources?.tokens().valid ?? 0)
     },
@@ -160,6 +175,8 @@ export function createMetrics(): Metrics {
     name: 'plant_store_token_cache_age_seconds',
     help: 'Seconds since the token cache last reloaded successfully (reloads on every change, and every 30 s)',
     registers,
+    // With WORKERS, the stalest worker's.
+    aggregator: 'max',
     collect() {
       const loadedAt = sources?.tokens().loadedAt
       this.set(loadedAt === undefined ? Number.NaN : (Date.now() - loadedAt) / 1000)
@@ -186,8 +203,44 @@ export function createMetrics(): Metrics {
     handler: async () => ({
       kind: 'content' as const,
       type: registry.contentType,
-      body: Buffer.from(await registry.metrics()),
+      body: Buffer.from(clusterWorker ? await metricsOfAllWorkers() : await registry.metrics()),
       cacheControl: 'no-store',
     }),
+  })
+}
+
+/** The message a worker sends for the metrics of all workers, and the primary's answer. */
+export const metricsRequest = 'plant-store:metrics'
+
+let nextMetricsRequest = 0
+
+/**
+ * In a worker: the metrics of every worker, added up by the primary (prom-client's
+ * AggregatorRegistry: counters and histograms summed, gauges as each one declares).
+ */
+function metricsOfAllWorkers(): Promise<string> {
+  const id = nextMetricsRequest++
+  return new Promise((resolve, reject) => {
+    const onMessage = (message: {
+      type?: unknown
+      id?: unknown
+      text?: string
+      error?: string
+    }) => {
+      if (message?.type !== metricsRequest || message.id !== id) return
+      done()
+      if (message.text === undefined) reject(new Error(message.error ?? 'no metrics'))
+      else resolve(message.text)
+    }
+    const timer = setTimeout(() => {
+      done()
+      reject(new Error('the primary did not send the metrics within 5 s'))
+    }, 5_000)
+    const done = () => {
+      clearTimeout(timer)
+      process.off('message', onMessage)
+    }
+    process.on('message', onMessage)
+    process.send?.({ type: metricsRequest, id })
   })
 }

@@ -1,3 +1,4 @@
+import cluster from 'node:cluster'
 import { writeFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
@@ -49,7 +50,7 @@ export async function startService(
         `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
       )
     })
-    const metrics = config.metrics ? createMetrics() : noMetrics
+    const metrics = config.metrics ? createMetrics({ clusterWorker: cluster.isWorker }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
     const sql = createSql(db.url, log, {
       connectionClosed: metrics.connectionClosed,
@@ -62,20 +63,10 @@ export async function startService(
       : sql
     if (listenSql !== sql) cleanups.push(() => listenSql.end({ timeout: 5 }))
     if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
+    if (db.owned) await ensureDevToken(sql, dataDir, log)
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
-    if (db.owned && !(await hasAnyToken(sql))) {
-      const created = await createToken(sql, 'dev')
-      if ('token' in created) {
-        const file = join(dataDir, 'dev-token')
-        await writeFile(file, `${created.token}\n`, { mode: 0o600 })
-        await tokens.reload()
-        log.info(`created the first API token, named dev; it is saved in ${file}`, {
-          devToken: created.token,
-        })
-      }
-    }
     const store = createPlantRepository(sql, undefined, {
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(sql, log),
@@ -95,7 +86,9 @@ export async function startService(
     const { port } = server.address() as AddressInfo
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
-    log.info(`listening on ${url}`, { host: config.host, port })
+    // With WORKERS, the primary says where the service listens once every worker does.
+    if (cluster.isWorker) log.info(`worker ready on ${url}`, { pid: process.pid })
+    else log.info(`listening on ${url}`, { host: config.host, port })
     let closing: Promise<void> | undefined
     return {
       url,
@@ -111,6 +104,21 @@ export async function startService(
     await release()
     throw err
   }
+}
+
+/**
+ * With the embedded database and no token yet: creates the first token, named dev, saves it in
+ * the data folder and logs it, so that a newcomer can make a request at once.
+ */
+export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promise<void> {
+  if (await hasAnyToken(sql)) return
+  const created = await createToken(sql, 'dev')
+  if (!('token' in created)) return
+  const file = join(dataDir, 'dev-token')
+  await writeFile(file, `${created.token}\n`, { mode: 0o600 })
+  log.info(`created the first API token, named dev; it is saved in ${file}`, {
+    devToken: created.token,
+  })
 }
 
 async function migrateOnPrimary(url: string, log: Log): Promise<void> {

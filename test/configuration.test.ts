@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict'
+import { availableParallelism } from 'node:os'
 import { describe, test } from 'node:test'
 import { ConfigError, parseConfig } from '../src/config.ts'
 import { describeDatabase, hostUrls } from '../src/db/database-url.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
-  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on', () => {
+  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on, one process', () => {
     assert.deepEqual(
       { ...parseConfig({}) },
       {
@@ -17,6 +18,7 @@ describe('configuration', () => {
         traceContext: true,
         poolMode: 'session',
         databaseDirectUrl: undefined,
+        workers: 1,
       },
     )
   })
@@ -59,6 +61,7 @@ describe('configuration', () => {
       LOG_LEVEL: '',
       METRICS: 'off',
       TRACE_CONTEXT: 'off',
+      WORKERS: '3',
     })
     assert.deepEqual(
       { ...config },
@@ -71,6 +74,7 @@ describe('configuration', () => {
         traceContext: false,
         poolMode: 'session',
         databaseDirectUrl: undefined,
+        workers: 3,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -88,6 +92,10 @@ describe('configuration', () => {
     ['TRACE_CONTEXT', 'false'],
     ['DATABASE_POOL_MODE', 'statement'],
     ['DATABASE_DIRECT_URL', 'mysql://x'],
+    ['WORKERS', '0'],
+    ['WORKERS', '257'],
+    ['WORKERS', 'all'],
+    ['WORKERS', '2.5'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(
@@ -96,6 +104,10 @@ describe('configuration', () => {
       )
     })
   }
+
+  test('WORKERS=auto is one worker per core this process may use', () => {
+    assert.equal(parseConfig({ WORKERS: 'auto' }).workers, availableParallelism())
+  })
 
   test('every invalid variable is named in one message, and a database password is never echoed', () => {
     assert.throws(

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
+import { runMain } from './helpers/cli.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
 
@@ -57,5 +58,15 @@ describe('the same service under Deno 2 (deno task start)', () => {
     service.child.kill('SIGTERM')
     assert.equal(await service.exited, 0)
     assert.ok(service.lines.some((l) => l.message === 'stopped'))
+  })
+
+  test('WORKERS=2 under Deno stops at start with one line: node:cluster is Node-only', async () => {
+    const db = await createTestDatabase({ after })
+    const run = await runMain([], { DATABASE_URL: db.url, WORKERS: '2', PORT: '0' }, 'deno')
+    assert.equal(run.code, 1)
+    assert.equal(
+      run.stderr,
+      'plant-store: WORKERS=2 needs node:cluster, which Deno does not provide; under Deno run one process (WORKERS=1) per instance\n',
+    )
   })
 })

@@ -4,13 +4,18 @@ import { fileURLToPath } from 'node:url'
 /** The project folder. */
 export const projectDir = fileURLToPath(new URL('../..', import.meta.url))
 
-/** Runs `src/main.ts` with arguments and environment, as `npm run …` would. */
+/** Runs `src/main.ts` with arguments and environment, as `npm run …` (or `deno task`) would. */
 export function runMain(
   args: readonly string[],
   env: Record<string, string | undefined>,
+  runtime: 'node' | 'deno' = 'node',
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const [command, ...prefix] =
+    runtime === 'node'
+      ? [process.execPath, '--import', 'tsx', 'src/main.ts']
+      : ['./node_modules/.bin/deno', 'task', '--quiet', 'start']
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+    const child = spawn(command, [...prefix, ...args], {
       cwd: projectDir,
       env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

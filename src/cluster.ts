@@ -1,0 +1,156 @@
+import cluster, { type Worker } from 'node:cluster'
+import { AggregatorRegistry } from 'prom-client'
+import type { Config } from './config.ts'
+import { defaultDataDir, openDatabase } from './database.ts'
+import { describeDatabase, primaryUrl } from './db/database-url.ts'
+import { migrate } from './db/migrate.ts'
+import { createSql } from './db/sql.ts'
+import type { Log } from './log.ts'
+import { metricsRequest } from './metrics.ts'
+import { ensureDevToken } from './service.ts'
+
+// WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
+// migrations, the dev token) and N worker processes that share the port (node:cluster). Each
+// worker is a whole service of its own: its own pool, token cache (with its own LISTEN, so a
+// revocation reaches every worker), batching and metrics; the primary adds the workers' metrics
+// up for GET /metrics.
+
+/** A worker that died within this long of its start is replaced after a pause, not at once. */
+const quickDeathMs = 5_000
+
+/** Runs the primary until SIGINT or SIGTERM; resolves with the exit status. */
+export async function runPrimary(
+  config: Config,
+  log: Log,
+  stopped: Promise<string>,
+  dataDir = defaultDataDir,
+): Promise<number> {
+  let db: Awaited<ReturnType<typeof openDatabase>> | undefined
+  try {
+    db = await openDatabase(config, log, { dataDir })
+    const sessionUrl = config.databaseDirectUrl ?? db.url
+    await migrate(await primaryUrl(sessionUrl), log).catch((err: unknown) => {
+      throw new Error(
+        `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
+      )
+    })
+    if (db.owned) {
+      const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
+      try {
+        await ensureDevToken(sql, dataDir, log)
+      } finally {
+        await sql.end({ timeout: 5 })
+      }
+    }
+  } catch (err) {
+    log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
+    await db?.stop()
+    return 1
+  }
+
+  // Workers read their settings from the environment as any process does; the embedded
+  // database's URL is the one thing the primary adds.
+  const env = config.databaseUrl === undefined ? { DATABASE_URL: db.url } : {}
+  const started = new Map<Worker, number>()
+  let stopping = false
+  const fork = () => {
+    const worker = cluster.fork(env)
+    started.set(worker, performance.now())
+    return worker
+  }
+
+  const aggregator = new AggregatorRegistry()
+  cluster.on('message', (worker, message: { type?: unknown; id?: unknown }) => {
+    if (message?.type !== metricsRequest) return
+    aggregator.clusterMetrics().then(
+      (text) => worker.send({ type: metricsRequest, id: message.id, text }),
+      (err: unknown) => worker.send({ type: metricsRequest, id: message.id, error: String(err) }),
+    )
+  })
+
+  // Start-up: every worker listening, or the first failure ends the start.
+  const all = Array.from({ length: config.workers }, fork)
+  const url = await new Promise<string | undefined>((resolve) => {
+    let listening = 0
+    const onListening = (_: Worker, address: { address: string | null; port: number }) => {
+      if (++listening === all.length) {
+        cleanup()
+        const host = config.host.includes(':') ? `[${config.host}]` : config.host
+        resolve(`http://${host}:${address.port}`)
+      }
+    }
+    const onExit = (worker: Worker, code: number | null, signal: string | null) => {
+      cleanup()
+      log.error(
+        `the service did not start: worker ${worker.id} exited with ${signal ?? `code ${code}`} before it listened`,
+      )
+      resolve(undefined)
+    }
+    const cleanup = () => {
+      cluster.off('listening', onListening)
+      cluster.off('exit', onExit)
+    }
+    cluster.on('listening', onListening)
+    cluster.on('exit', onExit)
+  })
+  if (url === undefined) {
+    stopping = true
+    await stopWorkers(log)
+    await db.stop()
+    return 1
+  }
+  log.info(`listening on ${url}`, { workers: config.workers, pid: process.pid })
+
+  // A worker that dies is replaced; one that died soon after its start, after a second.
+  cluster.on('exit', (worker, code, signal) => {
+    if (stopping) return
+    const lived = performance.now() - (started.get(worker) ?? 0)
+    started.delete(worker)
+    const again = lived < quickDeathMs ? 1_000 : 0
+    log.error(
+      `worker ${worker.id} (pid ${worker.process.pid}) exited with ${signal ?? `code ${code}`}; starting a new one${again ? ' in 1 s' : ''}`,
+      {
+        worker: worker.id,
+        pid: worker.process.pid,
+        code: code ?? undefined,
+        signal: signal ?? undefined,
+      },
+    )
+    setTimeout(() => {
+      if (stopping) return
+      const replacement = fork()
+      replacement.once('listening', () =>
+        log.info(`worker ${replacement.id} replaces worker ${worker.id}`, {
+          worker: replacement.id,
+          pid: replacement.process.pid,
+        }),
+      )
+    }, again).unref()
+  })
+
+  const signal = await stopped
+  stopping = true
+  log.info(`${signal} received; every worker finishes its requests in flight (at most 10 s)`)
+  const clean = await stopWorkers(log)
+  await db.stop()
+  log.info('stopped')
+  return clean ? 0 : 1
+}
+
+/** Sends SIGTERM to every worker and waits for all of them; whether all exited with 0. */
+async function stopWorkers(log: Log): Promise<boolean> {
+  const workers = Object.values(cluster.workers ?? {}).filter((w) => w !== undefined)
+  const exits = workers.map(
+    (worker) =>
+      new Promise<boolean>((resolve) => {
+        if (worker.isDead()) return resolve(true)
+        worker.once('exit', (code, signal) => {
+          if (code !== 0)
+            log.warn(`worker ${worker.id} exited with ${signal ?? `code ${code}`} while stopping`)
+          resolve(code === 0)
+        })
+        worker.process.kill('SIGTERM')
+      }),
+  )
+  return (await Promise.all(exits)).every(Boolean)
+}

@@ -1,0 +1,164 @@
+import assert from 'node:assert/strict'
+import { request } from 'node:http'
+import { after, describe, test } from 'node:test'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
+import { uniqueId } from './helpers/server.ts'
+import { within } from './helpers/wait.ts'
+
+// WORKERS=2: a primary and two node:cluster workers sharing one port. Every request below goes
+// on a new connection, which the primary hands to the workers in turn.
+
+type Answer = { status: number; body: string; worker: unknown }
+
+/** POST /plants on a connection of its own; which worker answered, from the service's log. */
+function post(service: ServiceProcess, token: string, id: number, name = 'worker fern') {
+  const requestId = `workers-${id}`
+  return new Promise<Answer>((resolve, reject) => {
+    const body = JSON.stringify({ id, name })
+    const req = request(
+      `${service.base}/plants`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          'x-request-id': requestId,
+        },
+      },
+      (res) => {
+        let text = ''
+        res.on('data', (c: Buffer) => {
+          text += c.toString()
+        })
+        res.on('end', async () => {
+          // The worker writes its line at the end of the event-loop turn that answered.
+          await within(2000, async () => service.lines.some((l) => l.requestId === requestId))
+          const line = service.lines.find((l) => l.requestId === requestId)
+          resolve({ status: res.statusCode ?? 0, body: text, worker: line?.worker })
+        })
+      },
+    )
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+async function startWorkers(db: TestDatabase): Promise<ServiceProcess> {
+  return startServiceProcess('node', { DATABASE_URL: db.url, WORKERS: '2' }, { after })
+}
+
+describe('WORKERS=2', () => {
+  test('two workers share the port, each with its own pool and LISTEN; /metrics adds up both', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const token = await tokenFor(db.sql, service.base, `workers-${uniqueId()}`)
+    const answers: Answer[] = []
+    for (let i = 0; i < 10; i++) answers.push(await post(service, token, uniqueId()))
+    assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
+    assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([1, 2]))
+
+    // Each worker's token cache holds its own LISTEN, on a connection of its own pool.
+    const [listening] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and query ilike 'listen%'`
+    assert.equal(listening?.n, 2)
+
+    // Any worker answers /metrics with the sum of both (the primary asks each of them).
+    const created = await db.sql<{ n: number }[]>`select count(*)::int as n from plants`
+    for (let i = 0; i < 4; i++) {
+      const text = await (
+        await fetch(`${service.base}/metrics`, { headers: { connection: 'close' } })
+      ).text()
+      assert.match(
+        text,
+        new RegExp(`^plant_store_creates_total\\{outcome="created"\\} ${created[0]?.n}$`, 'm'),
+      )
+      assert.match(text, /^plant_store_build_info\{[^}]*\} 1$/m)
+      // Both workers hold the same two tokens (the test's and none other): not added up.
+      assert.match(text, /^plant_store_token_cache_tokens 1$/m)
+    }
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+  })
+
+  test('a revocation reaches every worker within 1 s', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const name = `revoked-${uniqueId()}`
+    const token = await tokenFor(db.sql, service.base, name)
+    // Both workers have verified (and cached) the token.
+    const before: Answer[] = []
+    for (let i = 0; i < 6; i++) before.push(await post(service, token, uniqueId()))
+    assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
+    assert.deepEqual(new Set(before.map((a) => a.worker)), new Set([1, 2]))
+
+    await db.sql`update api_tokens set revoked_at = now() where name = ${name}`
+    await new Promise((r) => setTimeout(r, 1000))
+    const afterwards: Answer[] = []
+    for (let i = 0; i < 6; i++) afterwards.push(await post(service, token, uniqueId()))
+    assert.deepEqual(
+      afterwards.map((a) => a.status),
+      Array(6).fill(401),
+    )
+    assert.deepEqual(new Set(afterwards.map((a) => a.worker)), new Set([1, 2]))
+  })
+
+  test('a worker killed with SIGKILL is logged and replaced; the other keeps answering', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const token = await tokenFor(db.sql, service.base, `kill-${uniqueId()}`)
+    const ready = service.lines.filter((l) => String(l.message).startsWith('worker ready'))
+    const victim = ready.find((l) => l.worker === 1)
+    assert.ok(victim, JSON.stringify(ready))
+    process.kill(Number(victim.pid), 'SIGKILL')
+
+    // Meanwhile, every create is answered by the other worker.
+    assert.equal((await post(service, token, uniqueId())).status, 200)
+    await within(5000, async () =>
+      service.lines.some((l) => /^worker \d+ replaces worker 1$/.test(String(l.message))),
+    )
+    const death = service.lines.find((l) => /^worker 1 \(pid \d+\) exited/.test(String(l.message)))
+    assert.equal(death?.level, 'error')
+    assert.equal(death?.signal, 'SIGKILL')
+    const workers = new Set<unknown>()
+    for (let i = 0; i < 6; i++) {
+      const answer = await post(service, token, uniqueId())
+      assert.equal(answer.status, 200)
+      workers.add(answer.worker)
+    }
+    assert.deepEqual(workers, new Set([2, 3]))
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+  })
+
+  test('SIGTERM drains every worker: creates in flight on both complete, then exit 0', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const token = await tokenFor(db.sql, service.base, `drain-${uniqueId()}`)
+    const ids = Array.from({ length: 20 }, () => uniqueId())
+    // A lock held by the test keeps every create in flight past the signal.
+    const locker = await db.sql.reserve()
+    await locker`begin`
+    await locker`lock table plants in share row exclusive mode`
+    const sent = ids.map((id) => post(service, token, id, `drained ${id}`))
+    await new Promise((r) => setTimeout(r, 700))
+    service.child.kill('SIGTERM')
+    await new Promise((r) => setTimeout(r, 500))
+    await locker`commit`
+    locker.release()
+    const answers = await Promise.all(sent)
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      Array(20).fill(200),
+    )
+    assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([1, 2]))
+    assert.equal(await service.exited, 0)
+    const stopped = service.lines.filter((l) => l.message === 'stopped')
+    assert.deepEqual(new Set(stopped.map((l) => l.worker)), new Set([1, 2, undefined]))
+    const [row] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from plants where id = any(${ids.map(String)}::int8[])`
+    assert.equal(row?.n, 20)
+  })
+})
