@@ -27,7 +27,7 @@ function gridLines(
   })
 }
 
-/** A grouped bar chart, service against ceiling per level, as a standalone SVG. */
+/** A grouped bar chart, service against pgbench per level, as a standalone SVG. */
 export function renderChart(
   levels: readonly LevelSummary[],
   soakRatio: number,
@@ -54,10 +54,10 @@ export function renderChart(
       `<text x="${x - bar / 2 - 2}" y="${y(l.serviceRps) - 6}" text-anchor="middle" font-size="12">${Math.round(l.serviceRps).toLocaleString('en')}</text>`,
       `<text x="${x + bar / 2 + 2}" y="${y(l.ceilingRps) - 6}" text-anchor="middle" font-size="12">${Math.round(l.ceilingRps).toLocaleString('en')}</text>`,
       `<text x="${x}" y="${bottom + 20}" text-anchor="middle" font-size="13">${l.connections} connections</text>`,
-      `<text x="${x}" y="${bottom + 38}" text-anchor="middle" font-size="12">${l.ratio.toFixed(2)}× ceiling · p99 ${l.p99.toFixed(1)} ms</text>`,
+      `<text x="${x}" y="${bottom + 38}" text-anchor="middle" font-size="12">${l.ratio.toFixed(2)}× pgbench · p99 ${l.p99.toFixed(1)} ms</text>`,
     )
   })
-  const title = 'POST /plants (green) against single-row driver inserts (grey), medians'
+  const title = 'POST /plants (green) against pgbench single-row inserts (grey), medians'
   const note = `60 s run at 64 connections: last/first 10 s = ${soakRatio.toFixed(2)} · peak RSS ${Math.round(rssMb)} MB`
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" role="img">
 <title>${escapeXml(`${title}. ${levels.map((l) => `${l.connections} connections: ${Math.round(l.serviceRps)} requests/s against ${Math.round(l.ceilingRps)} inserts/s`).join('; ')}`)}</title>

@@ -1,12 +1,20 @@
-// npm run bench [-- --runs 3 --seconds 10 --warmup 3 --soak 60 --levels 16,64,256]
-// Starts the service against DATABASE_URL (or an embedded PostgreSQL in a temporary folder),
-// measures POST /plants at each level side by side with the driver-level single-insert ceiling
-// (and reads the rows per insert statement from the service's /metrics), then the cost of
-// metrics and trace context at 64 connections (a second service with METRICS=off and
-// TRACE_CONTEXT=off, interleaved), then a long run at 64 connections; prints the figures and
-// writes JSON and SVG charts to bench-results/.
-import { type ChildProcess, spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+// npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
+//                  --only ceilings,levels,observability,pgbouncer,flat]
+// Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
+// wrk as the load generator (2 threads, keep-alive, one request in flight per connection):
+// - ceilings: at 64 connections, interleaved rounds of pgbench single-row inserts (the
+//   database's own ceiling), the service on this Node, on Node 24, with WORKERS=2, and a bare
+//   node:http server (the HTTP ceiling);
+// - levels: the service and pgbench at 16, 64 and 256 connections, with rows per statement and
+//   the service's peak RSS;
+// - observability, pgbouncer: two services side by side (metrics and trace context on/off;
+//   through PgBouncer or not);
+// - flat: a 60 s run in 10 s slices, last against first;
+// - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
+//   and compares the first minute with the last (throughput, CPU per request, RSS).
+// Prints the figures and writes JSON and SVG charts to bench-results/.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
@@ -18,9 +26,9 @@ import { freePort, startEmbedded } from '../src/db/embedded.ts'
 import { migrate } from '../src/db/migrate.ts'
 import { createLog } from '../src/log.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../test/helpers/pgbouncer.ts'
-import { runCeiling } from './ceiling.ts'
 import { renderBatchChart, renderChart } from './chart.ts'
-import { type LoadResult, quantile, runLoad } from './load.ts'
+import { pgbenchPath, pgbenchVersion, runPgbench } from './pgbench.ts'
+import { idsAfter, runWrk, type WrkResult, wrkPath } from './wrk.ts'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const { values: args } = parseArgs({
@@ -28,67 +36,106 @@ const { values: args } = parseArgs({
     runs: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '3' },
-    soak: { type: 'string', default: '60' },
+    flat: { type: 'string', default: '60' },
+    soak: { type: 'string', default: '0' },
+    'soak-connections': { type: 'string', default: '8' },
     levels: { type: 'string', default: '16,64,256' },
-    // Which parts to run: levels, observability, pgbouncer, soak.
-    only: { type: 'string', default: 'levels,observability,pgbouncer,soak' },
+    only: { type: 'string', default: 'ceilings,levels,observability,pgbouncer,flat' },
+    node24: { type: 'string', default: '24.21.0' },
   },
 })
 const parts = new Set(args.only.split(','))
 const runs = Number(args.runs)
 const seconds = Number(args.seconds)
 const warmup = Number(args.warmup)
-const soakSeconds = Number(args.soak)
+const flatSeconds = Number(args.flat)
+const soakStatements = Number(args.soak)
+const soakConnections = Number(args['soak-connections'])
 const levels = args.levels.split(',').map(Number)
 const log = createLog('warn', (l) => process.stderr.write(l))
 const say = (line: string) => process.stdout.write(`${line}\n`)
-
-type Figures = { rps: number; p50: number; p99: number; max: number; errors: number }
-function figures(r: LoadResult): Figures {
-  return {
-    rps: r.ok / r.seconds,
-    p50: quantile(r.latencies, 0.5),
-    p99: quantile(r.latencies, 0.99),
-    max: quantile(r.latencies, 1),
-    errors: r.errors,
-  }
-}
 const median = (xs: number[]) =>
   [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN
+const f = (n: number, w: number, d = 0) => n.toFixed(d).padStart(w)
 
-/** CPU seconds (user and system) a process has used: /proc/PID/stat, in clock ticks of 10 ms. */
+if (wrkPath() === undefined) {
+  say('bench: wrk not found; install it (Debian: apt-get install wrk)')
+  process.exit(1)
+}
+const havePgbench = pgbenchPath() !== undefined
+if (!havePgbench)
+  say('bench: pgbench not found (Debian: apt-get install postgresql-client); no pgbench comparison')
+
+/** CPU seconds (user and system) of a process and its children (cluster workers). */
 function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) / 100
+  const own = (p: number) => {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      return (Number(fields[11]) + Number(fields[12])) / 100
+    } catch {
+      return 0
+    }
+  }
+  return own(pid) + children(pid).reduce((sum, c) => sum + own(c), 0)
 }
 
-function peakRssMb(pid: number): number {
+function children(pid: number): number[] {
+  const file = `/proc/${pid}/task/${pid}/children`
+  return existsSync(file)
+    ? readFileSync(file, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+    : []
+}
+
+function rssMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
-  return Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024
+  return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) / 1024
 }
 
-async function startServiceProcess(
+type Running = { child: ChildProcess; base: string; name: string }
+
+/** The service as its own process: `node --import tsx src/main.ts`, its log to /dev/null. */
+async function startService(
+  name: string,
   url: string,
   settings: Record<string, string> = {},
-): Promise<{ child: ChildProcess; base: string }> {
+  node = process.execPath,
+): Promise<Running> {
   const port = await freePort()
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(node, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: url, PORT: String(port), LOG_LEVEL: 'info', ...settings },
     // The request log is written as in production, to a sink that costs nothing to read.
     stdio: ['ignore', 'ignore', 'inherit'],
   })
   const base = `http://127.0.0.1:${port}`
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 300; i++) {
     const ready = await fetch(`${base}/readyz`).then(
       (r) => r.ok,
       () => false,
     )
-    if (ready) return { child, base }
+    if (ready) return { child, base, name }
     await new Promise((r) => setTimeout(r, 100))
   }
-  throw new Error('the service did not become ready')
+  throw new Error(`${name} did not become ready`)
+}
+
+/** The bare node:http server of bench/http-ceiling.ts. */
+async function startHttpCeiling(): Promise<Running> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/http-ceiling.ts'], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const port = await new Promise<string>((resolve) =>
+    child.stdout?.once('data', (c: Buffer) => resolve(c.toString().trim())),
+  )
+  return { child, base: `http://127.0.0.1:${port}`, name: 'HTTP ceiling' }
+}
+
+async function stop(r: Running): Promise<void> {
+  if (r.child.exitCode !== null) return
+  r.child.kill('SIGTERM')
+  await new Promise((resolve) => r.child.on('exit', resolve))
 }
 
 /** Rows and statements so far, from the service's plant_store_create_batch_rows histogram. */
@@ -102,7 +149,7 @@ async function batchRows(base: string): Promise<{ rows: number; statements: numb
   }
 }
 
-// The database: DATABASE_URL, or an embedded PostgreSQL that allows 256 driver connections.
+// The database: DATABASE_URL, or an embedded PostgreSQL that allows 256 clients twice over.
 let stopDatabase = async () => {}
 let url = process.env.DATABASE_URL
 let databaseKind = 'DATABASE_URL'
@@ -113,7 +160,7 @@ if (!url) {
     dir,
     log,
     shareRunning: false,
-    settings: { max_connections: '400' },
+    settings: { max_connections: '600' },
   })
   url = db.url
   databaseKind = 'embedded PostgreSQL 18 (fsync on)'
@@ -127,121 +174,230 @@ const sql = postgres(url, { max: 2, onnotice: () => {} })
 const created = await createToken(sql, `bench-${Date.now()}`)
 if (!('token' in created)) throw new Error(created.problem)
 const token = created.token
-const service = await startServiceProcess(url)
-const pid = service.child.pid ?? 0
 let nextId = 1n
 
-say(
-  `plant store benchmark: ${runs} run(s), ${warmup} s warm-up + ${seconds} s per phase, levels ${levels.join(', ')}`,
-)
-say(
-  `machine: ${cpus().length} cores (${cpus()[0]?.model ?? '?'}), ${Math.round(totalmem() / 2 ** 30)} GiB; node ${process.version}; database: ${databaseKind}`,
-)
-say('')
-say(
-  'run  conns  service req/s   p50 ms   p99 ms   max ms  errors  rows=200s  | ceiling ins/s   p50 ms   p99 ms  | ratio   peak RSS MB',
-)
-
-type Row = {
-  run: number
-  connections: number
-  service: Figures
-  ceiling: Figures
-  ratio: number
-  rowsMatch: boolean
-  rssMb: number
-  rowsPerStatement: number
+/** One measured wrk run after a warm-up, with the CPU the target spent per request. */
+type Measured = WrkResult & { cpuUs: number; rowsOk: boolean }
+async function measure(target: Running, connections: number): Promise<Measured> {
+  const pid = target.child.pid ?? 0
+  const warm = await runWrk({
+    url: target.base,
+    token,
+    connections,
+    seconds: warmup,
+    firstId: nextId,
+  })
+  nextId = idsAfter(nextId, warm, connections)
+  const first = nextId
+  const cpuBefore = cpuSeconds(pid)
+  const r = await runWrk({ url: target.base, token, connections, seconds, firstId: nextId })
+  const cpuUs = ((cpuSeconds(pid) - cpuBefore) * 1e6) / r.requests
+  nextId = idsAfter(nextId, r, connections)
+  // Every 200 is a row: at least as many rows as answers (wrk may stop with requests unread).
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from plants where id >= ${String(first)}::int8 and id < ${String(nextId)}::int8`
+  const rowsOk = target.name === 'HTTP ceiling' || (row?.n ?? 0) >= r.requests - r.errors
+  return { ...r, cpuUs, rowsOk }
 }
-const rows: Row[] = []
-for (let run = 1; run <= runs && parts.has('levels'); run++) {
-  for (const connections of levels) {
-    await sql`truncate plants`
-    const first = nextId
-    const batchesBefore = await batchRows(service.base)
-    const s = await runLoad({
-      base: service.base,
-      token: created.token,
-      connections,
-      warmupSeconds: warmup,
-      seconds,
-      firstId: nextId,
-    })
-    nextId = s.nextId
-    const batchesAfter = await batchRows(service.base)
-    const rowsPerStatement =
-      (batchesAfter.rows - batchesBefore.rows) /
-      (batchesAfter.statements - batchesBefore.statements)
-    const [{ count }] =
-      (await sql`select count(*)::int as count from plants where id >= ${String(first)}::int8`) as unknown as [
-        { count: number },
-      ]
-    const acknowledged = s.totalOk
-    const rssMb = peakRssMb(pid)
-    await sql`truncate plants`
-    const c = await runCeiling({
-      url,
-      connections,
-      warmupSeconds: warmup,
-      seconds,
-      firstId: nextId,
-    })
-    nextId = c.nextId
-    const row: Row = {
-      run,
-      connections,
-      service: figures(s),
-      ceiling: figures(c),
-      ratio: s.ok / s.seconds / (c.ok / c.seconds),
-      rowsMatch: count === acknowledged,
-      rssMb,
-      rowsPerStatement,
+
+async function measurePgbench(connections: number) {
+  await runPgbench({ url: url as string, connections, seconds: warmup })
+  return runPgbench({ url: url as string, connections, seconds })
+}
+
+const node24 = (() => {
+  const found = spawnSync('bash', ['.ci/node-lts.sh', args.node24], { cwd: root, encoding: 'utf8' })
+  const dir = found.stdout.trim()
+  return found.status === 0 && existsSync(`${dir}/node`) ? `${dir}/node` : undefined
+})()
+
+say(
+  `plant store benchmark: ${runs} round(s), ${warmup} s warm-up + ${seconds} s per phase; load from wrk (2 threads)`,
+)
+say(
+  `machine: ${cpus().length} cores (${cpus()[0]?.model ?? '?'}), ${Math.round(totalmem() / 2 ** 30)} GiB; node ${process.version}${node24 ? `, node 24 at ${node24}` : ', no node 24'}; database: ${databaseKind}; ${havePgbench ? pgbenchVersion() : 'no pgbench'}`,
+)
+const results: Record<string, unknown> = { when: new Date().toISOString(), databaseKind, runs }
+
+// ---- ceilings: the service against pgbench and a bare node:http server, 64 connections ----
+if (parts.has('ceilings')) {
+  type Kind = { name: string; start?: () => Promise<Running> }
+  const kinds: Kind[] = [
+    ...(havePgbench ? [{ name: 'pgbench' }] : []),
+    { name: 'service', start: () => startService('service', url as string) },
+    ...(node24
+      ? [
+          {
+            name: 'service node 24',
+            start: () => startService('service node 24', url as string, {}, node24),
+          },
+        ]
+      : []),
+    {
+      name: 'service 2 workers',
+      start: () => startService('service 2 workers', url as string, { WORKERS: '2' }),
+    },
+    { name: 'HTTP ceiling', start: startHttpCeiling },
+  ]
+  say('')
+  say(
+    'ceilings at 64 connections (req/s or tx/s; p99 ms; CPU µs per request of the measured process)',
+  )
+  say(
+    `round  ${kinds.map((k) => k.name.padStart(18)).join('  ')}   service/pgbench  service/HTTP  node24/node20  2 workers/1`,
+  )
+  const rounds: Record<string, Measured | { rps: number; p99: number; cpuUs: number }>[] = []
+  for (let round = 1; round <= runs; round++) {
+    const got: (typeof rounds)[number] = {}
+    // Rotate the order, so that no system always runs first or last.
+    const order = kinds.map((_, i) => kinds[(i + round - 1) % kinds.length] as Kind)
+    for (const kind of order) {
+      await sql`truncate plants`
+      if (kind.start === undefined) {
+        const p = await measurePgbench(64)
+        got[kind.name] = {
+          rps: p.tps,
+          p99: Number.NaN,
+          cpuUs: Number.NaN,
+          failed: p.failed,
+        } as never
+        continue
+      }
+      const target = await kind.start()
+      got[kind.name] = await measure(target, 64)
+      await stop(target)
     }
-    rows.push(row)
-    const f = (n: number, w: number, d = 1) => n.toFixed(d).padStart(w)
+    rounds.push(got)
+    const rps = (name: string) => got[name]?.rps ?? Number.NaN
     say(
-      `${String(run).padStart(3)}  ${String(connections).padStart(5)}  ${f(row.service.rps, 13, 0)}  ${f(row.service.p50, 7, 2)}  ${f(row.service.p99, 7, 2)}  ${f(row.service.max, 7, 1)}  ${String(row.service.errors).padStart(6)}  ${row.rowsMatch ? `yes ${count}` : `NO ${count}/${acknowledged}`}  | ${f(row.ceiling.rps, 13, 0)}  ${f(row.ceiling.p50, 7, 2)}  ${f(row.ceiling.p99, 7, 2)}  | ${f(row.ratio, 5, 2)}  ${f(rssMb, 8, 0)}`,
+      `${f(round, 5)}  ${kinds.map((k) => `${f(rps(k.name), 7)} ${f(got[k.name]?.p99 ?? Number.NaN, 4, 1)} ${f(got[k.name]?.cpuUs ?? Number.NaN, 4, 0)}`.padStart(18)).join('  ')}   ${f(rps('service') / rps('pgbench'), 15, 2)}  ${f(rps('service') / rps('HTTP ceiling'), 12, 2)}  ${f(rps('service node 24') / rps('service'), 13, 2)}  ${f(rps('service 2 workers') / rps('service'), 11, 2)}`,
     )
   }
+  const med = (name: string, key: 'rps' | 'p99' | 'cpuUs') =>
+    median(rounds.map((r) => r[name]?.[key] ?? Number.NaN))
+  const ratio = (a: string, b: string) =>
+    median(rounds.map((r) => (r[a]?.rps ?? Number.NaN) / (r[b]?.rps ?? Number.NaN)))
+  const summary = {
+    medians: Object.fromEntries(
+      kinds.map((k) => [
+        k.name,
+        { rps: med(k.name, 'rps'), p99: med(k.name, 'p99'), cpuUs: med(k.name, 'cpuUs') },
+      ]),
+    ),
+    servicePerPgbench: ratio('service', 'pgbench'),
+    servicePerHttpCeiling: ratio('service', 'HTTP ceiling'),
+    node24PerNode20: ratio('service node 24', 'service'),
+    twoWorkersPerOne: ratio('service 2 workers', 'service'),
+    errors: rounds.reduce(
+      (sum, r) => sum + Object.values(r).reduce((s, m) => s + ((m as Measured).errors ?? 0), 0),
+      0,
+    ),
+    rowsOk: rounds.every((r) => Object.values(r).every((m) => (m as Measured).rowsOk !== false)),
+  }
+  say(
+    `medians: ${kinds.map((k) => `${k.name} ${f(summary.medians[k.name]?.rps ?? Number.NaN, 0)}`).join(', ')}`,
+  )
+  say(
+    `  service/pgbench ${summary.servicePerPgbench.toFixed(2)}, service/HTTP ceiling ${summary.servicePerHttpCeiling.toFixed(2)}, node 24/node 20 ${summary.node24PerNode20.toFixed(2)}, 2 workers/1 ${summary.twoWorkersPerOne.toFixed(2)}; service p99 ${summary.medians.service?.p99.toFixed(2)} ms, CPU ${summary.medians.service?.cpuUs.toFixed(1)} µs/req; errors ${summary.errors}; every 200 a row: ${summary.rowsOk ? 'yes' : 'NO'}`,
+  )
+  results.ceilings = { rounds, summary }
 }
 
-type Observed = Figures & { cpuUs: number }
-type Service = { child: ChildProcess; base: string }
+// ---- levels: the service and pgbench at each number of connections ----
+const service = await startService('service', url)
+const servicePid = service.child.pid ?? 0
+type Level = {
+  connections: number
+  serviceRps: number
+  ceilingRps: number
+  ratio: number
+  p50: number
+  p99: number
+  max: number
+  errors: number
+  rowsPerStatement: number
+  rssMb: number
+  rowsOk: boolean
+}
+const levelRows: (Level & { run: number })[] = []
+if (parts.has('levels')) {
+  say('')
+  say(
+    'run  conns  service req/s   p50 ms   p99 ms   max ms  errors  rows  | pgbench tx/s  | ratio  rows/stmt  peak RSS MB',
+  )
+  for (let run = 1; run <= runs; run++) {
+    for (const connections of levels) {
+      await sql`truncate plants`
+      const before = await batchRows(service.base)
+      const s = await measure(service, connections)
+      const after = await batchRows(service.base)
+      const rss = rssMb(servicePid, 'VmHWM')
+      await sql`truncate plants`
+      const p = havePgbench ? await measurePgbench(connections) : undefined
+      const row = {
+        run,
+        connections,
+        serviceRps: s.rps,
+        ceilingRps: p?.tps ?? Number.NaN,
+        ratio: s.rps / (p?.tps ?? Number.NaN),
+        p50: s.p50,
+        p99: s.p99,
+        max: s.max,
+        errors: s.errors,
+        rowsPerStatement: (after.rows - before.rows) / (after.statements - before.statements),
+        rssMb: rss,
+        rowsOk: s.rowsOk,
+      }
+      levelRows.push(row)
+      say(
+        `${f(run, 3)}  ${f(connections, 5)}  ${f(row.serviceRps, 13)}  ${f(row.p50, 7, 2)}  ${f(row.p99, 7, 2)}  ${f(row.max, 7, 1)}  ${f(row.errors, 6)}  ${row.rowsOk ? ' yes' : '  NO'}  | ${f(row.ceilingRps, 12)}  | ${f(row.ratio, 5, 2)}  ${f(row.rowsPerStatement, 9, 1)}  ${f(rss, 11)}`,
+      )
+    }
+  }
+}
+const summary = levels.map((connections) => {
+  const at = levelRows.filter((r) => r.connections === connections)
+  return {
+    connections,
+    serviceRps: median(at.map((r) => r.serviceRps)),
+    ceilingRps: median(at.map((r) => r.ceilingRps)),
+    ratio: median(at.map((r) => r.ratio)),
+    p50: median(at.map((r) => r.p50)),
+    p99: median(at.map((r) => r.p99)),
+    max: median(at.map((r) => r.max)),
+    errors: at.reduce((sum, r) => sum + r.errors, 0),
+    rowsPerStatement: median(at.map((r) => r.rowsPerStatement)),
+  }
+})
+if (parts.has('levels')) {
+  say('medians over runs')
+  say('conns  service req/s  p50 ms  p99 ms  max ms  pgbench tx/s  ratio  rows/statement')
+  for (const m of summary)
+    say(
+      `${f(m.connections, 5)}  ${f(m.serviceRps, 13)}  ${f(m.p50, 6, 2)}  ${f(m.p99, 6, 2)}  ${f(m.max, 6, 1)}  ${f(m.ceilingRps, 12)}  ${f(m.ratio, 5, 2)}  ${f(m.rowsPerStatement, 14, 1)}`,
+    )
+  results.levels = { rows: levelRows, summary }
+}
 
-/**
- * The same load at 64 connections against two services, interleaved (which goes first
- * alternates), `runs` rounds: throughput, p99 and CPU per request (the whole phase, warm-up
- * included, from /proc) of each, and their ratios.
- */
-async function compare(title: string, names: [string, string], services: [Service, Service]) {
+/** The same load at 64 connections against two services, interleaved, `runs` rounds. */
+async function compare(title: string, names: [string, string], services: [Running, Running]) {
   const [a, b] = names
   say('')
   say(title)
   say(
-    `run  ${`${a} req/s`.padStart(12)}  ${`${a} p99 ms`.padStart(12)}  ${`${a} CPU µs/req`.padStart(16)}  |  ${`${b} req/s`.padStart(12)}  ${`${b} p99 ms`.padStart(12)}  ${`${b} CPU µs/req`.padStart(16)}  |  req/s ratio  CPU ratio`,
+    `run  ${`${a} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  ${`${b} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  req/s ratio  CPU ratio`,
   )
-  const rounds: [Observed, Observed][] = []
+  const rounds: [Measured, Measured][] = []
   for (let run = 1; run <= runs; run++) {
-    const pair: Observed[] = []
+    const pair: Measured[] = []
     for (const index of run % 2 === 1 ? [0, 1] : [1, 0]) {
       await sql`truncate plants`
-      const target = services[index] as Service
-      const cpuBefore = cpuSeconds(target.child.pid ?? 0)
-      const r = await runLoad({
-        base: target.base,
-        token,
-        connections: 64,
-        warmupSeconds: warmup,
-        seconds,
-        firstId: nextId,
-      })
-      nextId = r.nextId
-      const cpuUs = ((cpuSeconds(target.child.pid ?? 0) - cpuBefore) * 1e6) / (r.totalOk + r.errors)
-      pair[index] = { ...figures(r), cpuUs }
+      pair[index] = await measure(services[index] as Running, 64)
     }
-    const [x, y] = pair as [Observed, Observed]
+    const [x, y] = pair as [Measured, Measured]
     rounds.push([x, y])
     say(
-      `${String(run).padStart(3)}  ${x.rps.toFixed(0).padStart(12)}  ${x.p99.toFixed(2).padStart(12)}  ${x.cpuUs.toFixed(1).padStart(16)}  |  ${y.rps.toFixed(0).padStart(12)}  ${y.p99.toFixed(2).padStart(12)}  ${y.cpuUs.toFixed(1).padStart(16)}  |  ${(x.rps / y.rps).toFixed(3).padStart(11)}  ${(x.cpuUs / y.cpuUs).toFixed(3).padStart(9)}`,
+      `${f(run, 3)}  ${f(x.rps, 14)}  ${f(x.p99, 7, 2)}  ${f(x.cpuUs, 10, 1)}  |  ${f(y.rps, 14)}  ${f(y.p99, 7, 2)}  ${f(y.cpuUs, 10, 1)}  |  ${f(x.rps / y.rps, 11, 3)}  ${f(x.cpuUs / y.cpuUs, 9, 3)}`,
     )
   }
   const m = {
@@ -249,41 +405,31 @@ async function compare(title: string, names: [string, string], services: [Servic
     [`${b}Rps`]: median(rounds.map(([, y]) => y.rps)),
     [`${a}P99`]: median(rounds.map(([x]) => x.p99)),
     [`${b}P99`]: median(rounds.map(([, y]) => y.p99)),
-    [`${a}CpuUs`]: median(rounds.map(([x]) => x.cpuUs)),
-    [`${b}CpuUs`]: median(rounds.map(([, y]) => y.cpuUs)),
     ratio: median(rounds.map(([x, y]) => x.rps / y.rps)),
     cpuRatio: median(rounds.map(([x, y]) => x.cpuUs / y.cpuUs)),
     errors: rounds.reduce((sum, [x, y]) => sum + x.errors + y.errors, 0),
   }
   say(
-    `medians: ${a} ${m[`${a}Rps`]?.toFixed(0)} req/s, p99 ${m[`${a}P99`]?.toFixed(2)} ms; ${b} ${m[`${b}Rps`]?.toFixed(0)} req/s, p99 ${m[`${b}P99`]?.toFixed(2)} ms; ${a}/${b} throughput ${m.ratio?.toFixed(3)}, CPU per request ${m.cpuRatio?.toFixed(3)}; errors ${m.errors}`,
+    `medians: ${a}/${b} throughput ${m.ratio?.toFixed(3)}, CPU per request ${m.cpuRatio?.toFixed(3)}; p99 ${m[`${a}P99`]?.toFixed(2)} against ${m[`${b}P99`]?.toFixed(2)} ms; errors ${m.errors}`,
   )
-  for (const done of services) {
-    done.child.kill('SIGTERM')
-    await new Promise((r) => done.child.on('exit', r))
-  }
+  for (const done of services) await stop(done)
   return m
 }
 
-// The cost of metrics and trace context: two new services, one with both off. Both are new
-// because the driver's CPU per statement grows with the statements a process has served.
-const observability = parts.has('observability')
-  ? await compare(
-      'metrics and trace context at 64 connections: on (the default) against off',
-      ['on', 'off'],
-      [
-        await startServiceProcess(url),
-        await startServiceProcess(url, { METRICS: 'off', TRACE_CONTEXT: 'off' }),
-      ],
-    )
-  : undefined
+if (parts.has('observability'))
+  results.observability = await compare(
+    'metrics and trace context at 64 connections: on (the default) against off',
+    ['on', 'off'],
+    [
+      await startService('on', url),
+      await startService('off', url, { METRICS: 'off', TRACE_CONTEXT: 'off' }),
+    ],
+  )
 
-// Through PgBouncer in transaction mode against straight to PostgreSQL.
-let pgbouncer: Record<string, number> | string | undefined
 if (parts.has('pgbouncer') && !pgbouncerPresent) {
-  pgbouncer = `no PgBouncer at ${pgbouncerPath} (apt-get install pgbouncer)`
+  results.pgbouncer = `no PgBouncer at ${pgbouncerPath} (apt-get install pgbouncer)`
   say('')
-  say(`pgbouncer: skipped, ${pgbouncer}`)
+  say(`pgbouncer: left out, ${results.pgbouncer}`)
 } else if (parts.has('pgbouncer')) {
   const cleanups: (() => unknown)[] = []
   const bouncer = await startPgBouncer(
@@ -293,99 +439,125 @@ if (parts.has('pgbouncer') && !pgbouncerPresent) {
   )
   // Through the pooler the service sends no statement_timeout; the database carries it.
   await sql.unsafe(`alter database ${new URL(url).pathname.slice(1)} set statement_timeout = '5s'`)
-  pgbouncer = await compare(
+  results.pgbouncer = await compare(
     'through PgBouncer 1.18 in transaction mode (pool of 8) against straight to PostgreSQL, 64 connections',
     ['pgbouncer', 'direct'],
     [
-      await startServiceProcess(bouncer.url, {
+      await startService('pgbouncer', bouncer.url, {
         DATABASE_POOL_MODE: 'transaction',
         DATABASE_DIRECT_URL: url,
       }),
-      await startServiceProcess(url),
+      await startService('direct', url),
     ],
   )
   for (const cleanup of cleanups.reverse()) await cleanup()
 }
 
-// The long run: no slow-down over time.
-const soaks: { first: number; last: number; ratio: number }[] = []
-for (let run = 1; run <= runs && soakSeconds > 0 && parts.has('soak'); run++) {
+// ---- flat: a 60 s run at 64 connections in 10 s slices, last against first ----
+const flats: { slices: number[]; ratio: number }[] = []
+for (let run = 1; run <= runs && flatSeconds > 0 && parts.has('flat'); run++) {
   await sql`truncate plants`
-  const s = await runLoad({
-    base: service.base,
-    token: created.token,
+  const slices: number[] = []
+  let errors = 0
+  const warm = await runWrk({
+    url: service.base,
+    token,
     connections: 64,
-    warmupSeconds: warmup,
-    seconds: soakSeconds,
+    seconds: warmup,
     firstId: nextId,
   })
-  nextId = s.nextId
-  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0)
-  const first = sum(s.perSecond.slice(0, 10)) / 10
-  const last = sum(s.perSecond.slice(-10)) / 10
-  soaks.push({ first, last, ratio: last / first })
-  say(
-    `soak ${run}: ${soakSeconds} s at 64 connections: first 10 s ${first.toFixed(0)} req/s, last 10 s ${last.toFixed(0)} req/s (${(last / first).toFixed(2)}x), errors ${s.errors}`,
-  )
-}
-const finalRss = peakRssMb(pid)
-
-say('')
-if (parts.has('levels')) {
-  say('medians over runs')
-  say('conns  service req/s  p50 ms  p99 ms  max ms  ceiling ins/s  ratio  rows/statement')
-}
-const summary = levels.map((connections) => {
-  const at = rows.filter((r) => r.connections === connections)
-  const m = {
-    connections,
-    serviceRps: median(at.map((r) => r.service.rps)),
-    p50: median(at.map((r) => r.service.p50)),
-    p99: median(at.map((r) => r.service.p99)),
-    max: median(at.map((r) => r.service.max)),
-    ceilingRps: median(at.map((r) => r.ceiling.rps)),
-    ratio: median(at.map((r) => r.ratio)),
-    errors: at.reduce((a, r) => a + r.service.errors, 0),
-    rowsPerStatement: median(at.map((r) => r.rowsPerStatement)),
+  nextId = idsAfter(nextId, warm, 64)
+  for (let s = 0; s < flatSeconds / 10; s++) {
+    const r = await runWrk({
+      url: service.base,
+      token,
+      connections: 64,
+      seconds: 10,
+      firstId: nextId,
+    })
+    nextId = idsAfter(nextId, r, 64)
+    slices.push(r.rps)
+    errors += r.errors
   }
-  if (parts.has('levels'))
-    say(
-      `${String(connections).padStart(5)}  ${m.serviceRps.toFixed(0).padStart(13)}  ${m.p50.toFixed(2).padStart(6)}  ${m.p99.toFixed(2).padStart(6)}  ${m.max.toFixed(1).padStart(6)}  ${m.ceilingRps.toFixed(0).padStart(13)}  ${m.ratio.toFixed(2).padStart(5)}  ${m.rowsPerStatement.toFixed(1).padStart(14)}`,
-    )
-  return m
-})
-const soakRatio = median(soaks.map((s) => s.ratio))
-if (parts.has('levels') || parts.has('soak'))
+  const ratio = (slices.at(-1) ?? Number.NaN) / (slices[0] ?? Number.NaN)
+  flats.push({ slices, ratio })
   say(
-    `soak: last/first 10 s median ${soakRatio.toFixed(2)}; peak RSS of the service ${finalRss.toFixed(0)} MB; all rows match the 200s: ${rows.every((r) => r.rowsMatch) ? 'yes' : 'NO'}`,
+    `flat ${run}: ${flatSeconds} s at 64 connections in 10 s slices: ${slices.map((x) => x.toFixed(0)).join(', ')} req/s; last/first ${ratio.toFixed(2)}; errors ${errors}`,
   )
+}
+const flatRatio = median(flats.map((x) => x.ratio))
+const peakRss = rssMb(servicePid, 'VmHWM')
+if (parts.has('flat') || parts.has('levels'))
+  say(
+    `flat: last/first 10 s median ${flatRatio.toFixed(2)}; peak RSS of the service (levels up to ${Math.max(...levels)} connections) ${peakRss.toFixed(0)} MB`,
+  )
+results.flat = { runs: flats, medianRatio: flatRatio, peakRssMb: peakRss }
+await stop(service)
+
+// ---- soak: a new service until it has sent N insert statements ----
+if (soakStatements > 0) {
+  const soaked = await startService('soak', url)
+  const pid = soaked.child.pid ?? 0
+  say('')
+  say(
+    `soak: ${soakConnections} connections until the service has sent ${soakStatements.toLocaleString('en')} insert statements, a minute at a time`,
+  )
+  say('minute  statements so far    req/s  statements/s  CPU µs/req  RSS MB')
+  const minutes: {
+    statements: number
+    rps: number
+    statementsPerSecond: number
+    cpuUs: number
+    rssMb: number
+  }[] = []
+  for (let minute = 1; ; minute++) {
+    await sql`truncate plants`
+    const before = await batchRows(soaked.base)
+    const cpuBefore = cpuSeconds(pid)
+    const r = await runWrk({
+      url: soaked.base,
+      token,
+      connections: soakConnections,
+      seconds: 60,
+      firstId: nextId,
+    })
+    nextId = idsAfter(nextId, r, soakConnections)
+    const after = await batchRows(soaked.base)
+    const m = {
+      statements: after.statements,
+      rps: r.rps,
+      statementsPerSecond: (after.statements - before.statements) / r.seconds,
+      cpuUs: ((cpuSeconds(pid) - cpuBefore) * 1e6) / r.requests,
+      rssMb: rssMb(pid, 'VmRSS'),
+      errors: r.errors,
+    }
+    minutes.push(m)
+    say(
+      `${f(minute, 6)}  ${f(m.statements, 17)}  ${f(m.rps, 7)}  ${f(m.statementsPerSecond, 12)}  ${f(m.cpuUs, 10, 1)}  ${f(m.rssMb, 6)}`,
+    )
+    if (after.statements >= soakStatements) break
+  }
+  const first = minutes[0]
+  const last = minutes.at(-1)
+  if (first && last)
+    say(
+      `soak: last minute against the first: throughput ${(last.rps / first.rps).toFixed(2)}, CPU per request ${(last.cpuUs / first.cpuUs).toFixed(2)}, RSS ${first.rssMb.toFixed(0)} → ${last.rssMb.toFixed(0)} MB`,
+    )
+  results.soak = { connections: soakConnections, minutes }
+  await stop(soaked)
+}
 
 const outDir = join(root, 'bench-results')
 await mkdir(outDir, { recursive: true })
 const stamp = new Date().toISOString().replace(/[:.]/g, '-')
-const result = {
-  when: new Date().toISOString(),
-  databaseKind,
-  runs,
-  seconds,
-  warmup,
-  levels,
-  rows,
-  summary,
-  soaks,
-  observability,
-  pgbouncer,
-  peakRssMb: finalRss,
-}
-await writeFile(join(outDir, `bench-${stamp}.json`), `${JSON.stringify(result, null, 2)}\n`)
+await writeFile(join(outDir, `bench-${stamp}.json`), `${JSON.stringify(results, null, 2)}\n`)
 if (parts.has('levels')) {
-  await writeFile(join(outDir, `bench-${stamp}.svg`), renderChart(summary, soakRatio, finalRss))
-  await writeFile(join(outDir, 'latest.svg'), renderChart(summary, soakRatio, finalRss))
+  await writeFile(join(outDir, 'latest.svg'), renderChart(summary, flatRatio, peakRss))
   await writeFile(join(outDir, 'batch-rows.svg'), renderBatchChart(summary))
 }
-say(`results: bench-results/bench-${stamp}.json and charts in bench-results/`)
+say(
+  `results: bench-results/bench-${stamp}.json${parts.has('levels') ? ' and charts in bench-results/' : ''}`,
+)
 
-service.child.kill('SIGTERM')
-await new Promise((r) => service.child.on('exit', r))
 await sql.end({ timeout: 5 })
 await stopDatabase()

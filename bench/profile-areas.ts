@@ -1,0 +1,102 @@
+// npx tsx bench/profile-areas.ts FILE.cpuprofile [...]
+// Splits the on-CPU samples of V8 CPU profiles (node --cpu-prof) by area: Node's HTTP server,
+// sockets and streams, the postgres driver, promises and timers, GC, and each of our own steps.
+// Each sample goes to the area of the frame it was taken in (self time); native frames (the
+// HTTP parser, writev, SHA-256) count for the JavaScript frame that called them, found by their
+// name.
+import { readFileSync } from 'node:fs'
+
+type Node = {
+  id: number
+  callFrame: { functionName: string; url: string }
+  children?: number[]
+}
+type Profile = { nodes: Node[]; samples: number[]; timeDeltas: number[] }
+
+/** The area of a frame, by where its code lives (first match wins). */
+const areas: [string, (name: string, url: string) => boolean][] = [
+  ['idle (waiting for I/O)', (n) => n === '(idle)'],
+  ['GC', (n) => n === '(garbage collector)'],
+  ['our token check (bearer, SHA-256, cache)', (_, u) => /src\/auth\//.test(u)],
+  [
+    'our body parse (UTF-8, JSON, exact id)',
+    (_, u) => /src\/(http\/body|plants\/parse-json)/.test(u),
+  ],
+  ['our validation (Valibot)', (_, u) => /src\/plants\/schema|node_modules\/valibot/.test(u)],
+  [
+    'our create handler and batching',
+    (_, u) => /src\/plants\/(create-plant|repository)|src\/db\//.test(u),
+  ],
+  ['our HTTP adapter (ids, trace, answer)', (_, u) => /src\/http\/|src\/app/.test(u)],
+  ['our request log', (_, u) => /src\/log/.test(u)],
+  ['our metrics', (_, u) => /src\/(fast-metric|metrics)|node_modules\/prom-client/.test(u)],
+  ['the postgres driver', (_, u) => /node_modules\/postgres\//.test(u)],
+  [
+    'promises and timers',
+    (n, u) =>
+      /internal\/(process\/task_queues|timers)|^timers$|node:timers/.test(u) ||
+      n === 'processTicksAndRejections' ||
+      n === 'runMicrotasks',
+  ],
+  [
+    'Node HTTP server (parser, headers, responses)',
+    (n, u) => /_http_|node:http/.test(u) || n === 'execute' || n === 'parserOnHeadersComplete',
+  ],
+  [
+    'sockets and streams (net, writev, reads)',
+    (n, u) =>
+      /node:net|internal\/stream|node:stream|internal\/streams|node:events|events/.test(u) ||
+      /^(writev|writeBuffer|writeUtf8String|writeLatin1String|onStreamRead|shutdown)$/.test(n),
+  ],
+  ['other Node built-ins', (_, u) => /^node:|^internal\//.test(u)],
+  ['program (native, outside JavaScript)', (n) => n === '(program)'],
+  ['other', () => true],
+]
+
+const totals = new Map<string, number>()
+let all = 0
+for (const file of process.argv.slice(2)) {
+  const p = JSON.parse(readFileSync(file, 'utf8')) as Profile
+  const byId = new Map(p.nodes.map((n) => [n.id, n]))
+  const parent = new Map<number, number>()
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id)
+  const areaOf = new Map<number, string>()
+  const classify = (id: number): string => {
+    const known = areaOf.get(id)
+    if (known !== undefined) return known
+    const n = byId.get(id)
+    let area = 'other'
+    if (n) {
+      const { functionName: name, url } = n.callFrame
+      // A native frame without a URL belongs to the JavaScript frame that called it.
+      const up = parent.get(id)
+      if (
+        url === '' &&
+        !name.startsWith('(') &&
+        up !== undefined &&
+        !/^(execute|writev|writeBuffer|writeUtf8String|writeLatin1String|onStreamRead|shutdown)$/.test(
+          name,
+        )
+      )
+        area = classify(up)
+      else area = areas.find(([, test]) => test(name, url))?.[0] ?? 'other'
+    }
+    areaOf.set(id, area)
+    return area
+  }
+  p.samples.forEach((id, i) => {
+    const us = p.timeDeltas[i] ?? 0
+    const area = classify(id)
+    totals.set(area, (totals.get(area) ?? 0) + us)
+    all += us
+  })
+}
+const idle = totals.get('idle (waiting for I/O)') ?? 0
+const busy = all - idle
+process.stdout.write(
+  `on-CPU time ${(busy / 1e6).toFixed(2)} s of ${(all / 1e6).toFixed(2)} s sampled\n`,
+)
+for (const [area, us] of [...totals].sort((a, b) => b[1] - a[1])) {
+  if (area === 'idle (waiting for I/O)') continue
+  process.stdout.write(`${((100 * us) / busy).toFixed(1).padStart(5)} %  ${area}\n`)
+}
