@@ -32,14 +32,19 @@ function post(service: ServiceProcess, token: string, id: number, name = 'worker
         res.on('data', (c: Buffer) => {
           text += c.toString()
         })
-        res.on('end', async () => {
+        res.on('end', () => {
           // The worker writes its line at the end of the event-loop turn that answered.
-          await within(2000, async () => service.lines.some((l) => l.requestId === requestId))
-          const line = service.lines.find((l) => l.requestId === requestId)
-          resolve({ status: res.statusCode ?? 0, body: text, worker: line?.worker })
+          within(2000, async () => service.lines.some((l) => l.requestId === requestId)).then(
+            () => {
+              const line = service.lines.find((l) => l.requestId === requestId)
+              resolve({ status: res.statusCode ?? 0, body: text, worker: line?.worker })
+            },
+            reject,
+          )
         })
       },
     )
+    req.setTimeout(15_000, () => req.destroy(new Error(`no answer to ${requestId} within 15 s`)))
     req.on('error', reject)
     req.end(body)
   })
@@ -114,7 +119,10 @@ describe('WORKERS=2', () => {
     assert.ok(victim, JSON.stringify(ready))
     process.kill(Number(victim.pid), 'SIGKILL')
 
-    // Meanwhile, every create is answered by the other worker.
+    // Once the primary has seen the death, the other worker answers every create meanwhile.
+    await within(5000, async () =>
+      service.lines.some((l) => /^worker 1 \(pid \d+\) exited/.test(String(l.message))),
+    )
     assert.equal((await post(service, token, uniqueId())).status, 200)
     await within(5000, async () =>
       service.lines.some((l) => /^worker \d+ replaces worker 1$/.test(String(l.message))),
