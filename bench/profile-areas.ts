@@ -1,10 +1,18 @@
-// npx tsx bench/profile-areas.ts FILE.cpuprofile [...]
+// npx tsx bench/profile-areas.ts [--skip SECONDS] FILE.cpuprofile [...]
 // Splits the on-CPU samples of V8 CPU profiles (node --cpu-prof) by area: Node's HTTP server,
 // sockets and streams, the postgres driver, promises and timers, GC, and each of our own steps.
 // Each sample goes to the area of the frame it was taken in (self time); native frames (the
 // HTTP parser, writev, SHA-256) count for the JavaScript frame that called them, found by their
-// name.
+// name. --skip leaves out the first seconds of each profile (start-up and warm-up); --top N
+// lists the N heaviest functions of each area.
 import { readFileSync } from 'node:fs'
+import { parseArgs } from 'node:util'
+
+const { values, positionals } = parseArgs({
+  options: { skip: { type: 'string', default: '0' }, top: { type: 'string', default: '0' } },
+  allowPositionals: true,
+})
+const skipUs = Number(values.skip) * 1e6
 
 type Node = {
   id: number
@@ -31,6 +39,7 @@ const areas: [string, (name: string, url: string) => boolean][] = [
   ['our request log', (_, u) => /src\/log/.test(u)],
   ['our metrics', (_, u) => /src\/(fast-metric|metrics)|node_modules\/prom-client/.test(u)],
   ['the postgres driver', (_, u) => /node_modules\/postgres\//.test(u)],
+  ['crypto (SHA-256, random bytes)', (_, u) => /internal\/crypto/.test(u)],
   [
     'promises and timers',
     (n, u) =>
@@ -54,8 +63,9 @@ const areas: [string, (name: string, url: string) => boolean][] = [
 ]
 
 const totals = new Map<string, number>()
+const frames = new Map<string, Map<string, number>>()
 let all = 0
-for (const file of process.argv.slice(2)) {
+for (const file of positionals) {
   const p = JSON.parse(readFileSync(file, 'utf8')) as Profile
   const byId = new Map(p.nodes.map((n) => [n.id, n]))
   const parent = new Map<number, number>()
@@ -84,10 +94,18 @@ for (const file of process.argv.slice(2)) {
     areaOf.set(id, area)
     return area
   }
+  let at = 0
   p.samples.forEach((id, i) => {
     const us = p.timeDeltas[i] ?? 0
+    at += us
+    if (at < skipUs) return
     const area = classify(id)
     totals.set(area, (totals.get(area) ?? 0) + us)
+    const frame = byId.get(id)?.callFrame
+    const name = `${frame?.functionName || '(anonymous)'} ${frame?.url.replace(/^.*\/(node_modules|src)\//, '$1/') ?? ''}`
+    const inArea = frames.get(area) ?? new Map<string, number>()
+    inArea.set(name, (inArea.get(name) ?? 0) + us)
+    frames.set(area, inArea)
     all += us
   })
 }
@@ -99,4 +117,7 @@ process.stdout.write(
 for (const [area, us] of [...totals].sort((a, b) => b[1] - a[1])) {
   if (area === 'idle (waiting for I/O)') continue
   process.stdout.write(`${((100 * us) / busy).toFixed(1).padStart(5)} %  ${area}\n`)
+  const heaviest = [...(frames.get(area) ?? [])].sort((a, b) => b[1] - a[1])
+  for (const [name, t] of heaviest.slice(0, Number(values.top)))
+    process.stdout.write(`         ${((100 * t) / busy).toFixed(1).padStart(5)} %  ${name}\n`)
 }

@@ -543,7 +543,29 @@ if (soakStatements > 0) {
     say(
       `soak: last minute against the first: throughput ${(last.rps / first.rps).toFixed(2)}, CPU per request ${(last.cpuUs / first.cpuUs).toFixed(2)}, RSS ${first.rssMb.toFixed(0)} → ${last.rssMb.toFixed(0)} MB`,
     )
-  results.soak = { connections: soakConnections, minutes }
+  // The machine's own drift over the soak is not the service's: a new service beside the soaked
+  // one, interleaved, tells them apart.
+  const fresh = await startService('fresh', url)
+  const pairs: { soaked: number; fresh: number; soakedCpuUs: number; freshCpuUs: number }[] = []
+  for (let round = 1; round <= 3; round++) {
+    const one: Record<string, { rps: number; cpuUs: number }> = {}
+    for (const target of round % 2 === 1 ? [fresh, soaked] : [soaked, fresh]) {
+      await sql`truncate plants`
+      const m = await measure(target, soakConnections)
+      one[target.name] = { rps: m.rps, cpuUs: m.cpuUs }
+    }
+    const s = one.soak ?? { rps: Number.NaN, cpuUs: Number.NaN }
+    const n = one.fresh ?? { rps: Number.NaN, cpuUs: Number.NaN }
+    pairs.push({ soaked: s.rps, fresh: n.rps, soakedCpuUs: s.cpuUs, freshCpuUs: n.cpuUs })
+    say(
+      `after the soak, round ${round}: soaked ${s.rps.toFixed(0)} req/s (${s.cpuUs.toFixed(1)} µs/req), a new service ${n.rps.toFixed(0)} req/s (${n.cpuUs.toFixed(1)} µs/req): ${(s.rps / n.rps).toFixed(2)}`,
+    )
+  }
+  say(
+    `soaked against new, median: throughput ${median(pairs.map((p) => p.soaked / p.fresh)).toFixed(2)}, CPU per request ${median(pairs.map((p) => p.soakedCpuUs / p.freshCpuUs)).toFixed(2)}`,
+  )
+  results.soak = { connections: soakConnections, minutes, soakedAgainstNew: pairs }
+  await stop(fresh)
   await stop(soaked)
 }
 
