@@ -47,7 +47,9 @@ describe('database faults', () => {
     assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
 
     // Nothing reaches PostgreSQL any more, so its statement timeout never fires, and no
-    // connection closes: only the service's own deadline can answer.
+    // connection closes: only the service's own deadline answers a statement in flight or a
+    // create still waiting. (A connection the pool opens meanwhile fails at its 3 s connect
+    // timeout, an earlier 503 for the creates on it.)
     proxy.freeze()
     const answers = await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
@@ -57,30 +59,25 @@ describe('database faults', () => {
           { headers: { 'x-request-id': `frozen-${i}` } },
         )
         const body = (await res.json()) as { error: number }
-        return { status: res.status, error: body.error, ms: performance.now() - started }
+        const reason = s.logs.find(
+          (l) => l.message === 'database unavailable' && l.requestId === `frozen-${i}`,
+        )?.reason
+        return { status: res.status, error: body.error, ms: performance.now() - started, reason }
       }),
     )
     await proxy.cut()
+    const shown = JSON.stringify(answers)
     for (const a of answers) {
-      assert.deepEqual([a.status, a.error], [503, 50301])
-      assert.ok(
-        a.ms >= databaseLimits.request - 100,
-        `answered after ${a.ms} ms, before the deadline`,
-      )
-      assert.ok(a.ms < databaseLimits.request + 1000, `answered after ${a.ms} ms`)
+      assert.deepEqual([a.status, a.error], [503, 50301], shown)
+      assert.ok(a.ms < databaseLimits.request + 1000, `held past the deadline: ${shown}`)
+      if (/deadline/.test(String(a.reason)))
+        assert.ok(a.ms >= databaseLimits.request - 100, `before the deadline: ${shown}`)
+      else assert.match(String(a.reason), /CONNECT_TIMEOUT/, shown)
     }
-    // Both kinds were there: creates sent in a statement, and creates still waiting.
-    assert.ok(s.store.load().queued === 0)
-    const reasons = s.logs
-      .filter(
-        (l) => l.message === 'database unavailable' && String(l.requestId).startsWith('frozen-'),
-      )
-      .map((l) => String(l.reason))
-    assert.equal(reasons.length, 12)
-    assert.ok(
-      reasons.every((r) => /deadline/.test(r)),
-      reasons.join('; '),
-    )
+    // With at most 5 creates in one statement, most of the 12 wait for it: the deadline answers
+    // them, and the statement's own creates when it is stuck on the frozen connection.
+    assert.ok(answers.filter((a) => /deadline/.test(String(a.reason))).length >= 7, shown)
+    assert.equal(s.store.load().queued, 0)
   })
 
   test('an outage while the driver sets up a connection is answered 503, never ends the process', async () => {
