@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { writeFileSync } from 'node:fs'
+import { rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -20,6 +20,7 @@ writeFileSync(
   script,
   "\\set id random(1, 9000000000000000000)\nINSERT INTO plants (id, name, tag, created_by) VALUES (:id, 'bench plant', 'bench', 'bench');\n",
 )
+process.on('exit', () => rmSync(script, { force: true }))
 
 /** PostgreSQL's own benchmark client: single-row inserts, prepared, `connections` clients. */
 export async function runPgbench(o: {
