@@ -1,13 +1,12 @@
 import cluster, { type Worker } from 'node:cluster'
 import { AggregatorRegistry } from 'prom-client'
 import type { Config } from './config.ts'
-import { defaultDataDir, openDatabase } from './database.ts'
-import { describeDatabase, primaryUrl } from './db/database-url.ts'
-import { migrate } from './db/migrate.ts'
+import { defaultDataDir } from './database.ts'
+import type { EmbeddedDatabase } from './db/embedded.ts'
 import { createSql } from './db/sql.ts'
 import type { Log } from './log.ts'
 import { metricsRequest } from './metrics.ts'
-import { ensureDevToken } from './service.ts'
+import { ensureDevToken, prepareDatabase } from './service.ts'
 
 // WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
 // migrations, the dev token) and N worker processes that share the port (node:cluster). Each
@@ -25,15 +24,9 @@ export async function runPrimary(
   stopped: Promise<string>,
   dataDir = defaultDataDir,
 ): Promise<number> {
-  let db: Awaited<ReturnType<typeof openDatabase>> | undefined
+  let db: EmbeddedDatabase | undefined
   try {
-    db = await openDatabase(config, log, { dataDir })
-    const sessionUrl = config.databaseDirectUrl ?? db.url
-    await migrate(await primaryUrl(sessionUrl), log).catch((err: unknown) => {
-      throw new Error(
-        `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
-      )
-    })
+    db = await prepareDatabase(config, log, dataDir)
     if (db.owned) {
       const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
       try {

@@ -9,6 +9,7 @@ import { createToken, hasAnyToken } from './auth/token-repository.ts'
 import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase } from './database.ts'
 import { describeDatabase, primaryUrl } from './db/database-url.ts'
+import type { EmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql, databaseLimits, leaveReadOnlyServer } from './db/sql.ts'
 import type { Log } from './log.ts'
@@ -40,16 +41,12 @@ export async function startService(
       )
   }
   try {
-    const db = await openDatabase(config, log, { dataDir })
+    // With WORKERS, the primary has prepared the database before it started this worker.
+    const db = cluster.isWorker
+      ? await openDatabase(config, log, { dataDir })
+      : await prepareDatabase(config, log, dataDir)
     cleanups.push(db.stop)
-    // Migrations take a session-level advisory lock: never through a transaction pooler. Their
-    // driver takes one host: of several, the writable one.
     const sessionUrl = config.databaseDirectUrl ?? db.url
-    await migrateOnPrimary(sessionUrl, log).catch((err: unknown) => {
-      throw new Error(
-        `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
-      )
-    })
     const metrics = config.metrics ? createMetrics({ clusterWorker: cluster.isWorker }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
     const sql = createSql(db.url, log, {
@@ -121,8 +118,30 @@ export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promi
   })
 }
 
-async function migrateOnPrimary(url: string, log: Log): Promise<void> {
-  await migrate(await primaryUrl(url), log)
+/**
+ * Opens the database (the embedded one when `DATABASE_URL` is unset) and applies pending
+ * migrations; if they fail, stops it again and says which database could not be used.
+ */
+export async function prepareDatabase(
+  config: Config,
+  log: Log,
+  dataDir = defaultDataDir,
+): Promise<EmbeddedDatabase> {
+  const db = await openDatabase(config, log, { dataDir })
+  // Migrations take a session-level advisory lock: never through a transaction pooler. Their
+  // driver takes one host: of several, the writable one.
+  const sessionUrl = config.databaseDirectUrl ?? db.url
+  try {
+    await migrate(await primaryUrl(sessionUrl), log)
+  } catch (err) {
+    await db
+      .stop()
+      .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
+    throw new Error(
+      `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
+    )
+  }
+  return db
 }
 
 // Through a transaction pooler the service cannot set statement_timeout per session; the role or
