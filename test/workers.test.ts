@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { request } from 'node:http'
 import { after, describe, test } from 'node:test'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
@@ -147,15 +147,12 @@ describe('WORKERS=2', () => {
     const token = await tokenFor(db.sql, service.base, `drain-${uniqueId()}`)
     const ids = Array.from({ length: 20 }, () => uniqueId())
     // A lock held by the test keeps every create in flight past the signal.
-    const locker = await db.sql.reserve()
-    await locker`begin`
-    await locker`lock table plants in share row exclusive mode`
+    const unlock = await holdPlantsLock(db.sql)
     const sent = ids.map((id) => post(service, token, id, `drained ${id}`))
     await new Promise((r) => setTimeout(r, 700))
     service.child.kill('SIGTERM')
     await new Promise((r) => setTimeout(r, 500))
-    await locker`commit`
-    locker.release()
+    await unlock()
     const answers = await Promise.all(sent)
     assert.deepEqual(
       answers.map((a) => a.status),

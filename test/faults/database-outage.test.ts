@@ -4,7 +4,7 @@ import postgres from 'postgres'
 import { freePort, startEmbedded } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { databaseLimits } from '../../src/db/sql.ts'
-import { quietLog } from '../helpers/database.ts'
+import { holdPlantsLock, quietLog } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
@@ -127,15 +127,12 @@ describe('a database outage', () => {
       { batchLimits: { maxBatch: 5, maxInFlight: 1, maxQueued: 100 } },
     )
     const ids = Array.from({ length: 15 }, () => uniqueId())
-    const locker = await s.db.sql.reserve()
-    await locker`begin`
-    await locker`lock table plants in share row exclusive mode`
+    const unlock = await holdPlantsLock(s.db.sql)
     // Batch 1 is sent at once and times out at 5 s; batch 2 is sent then and times out at 10 s;
     // by then batch 3 has waited past its 6 s deadline.
     const answers = ids.map(async (id) => (await s.post({ id, name: `waiting ${id}` })).status)
     await new Promise((r) => setTimeout(r, 10_500))
-    await locker`commit`
-    locker.release()
+    await unlock()
     assert.deepEqual(await Promise.all(answers), Array(15).fill(503))
     await new Promise((r) => setTimeout(r, 500))
     const stored = await s.db

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { createTestDatabase } from '../helpers/database.ts'
+import { createTestDatabase, holdPlantsLock } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 
 describe('shutdown with requests in flight', () => {
@@ -11,9 +11,7 @@ describe('shutdown with requests in flight', () => {
     const ids = Array.from({ length: 50 }, (_, i) => 5_000_000 + i)
 
     // A lock held on a connection of the test's own keeps all 50 in flight past the signal.
-    const locker = await db.sql.reserve()
-    await locker`begin`
-    await locker`lock table plants in share row exclusive mode`
+    const unlock = await holdPlantsLock(db.sql)
     const sent = ids.map(async (id) => {
       const res = await fetch(`${service.base}/plants`, {
         method: 'POST',
@@ -26,8 +24,7 @@ describe('shutdown with requests in flight', () => {
     service.child.kill('SIGTERM')
     const signalled = performance.now()
     await new Promise((r) => setTimeout(r, 500))
-    await locker`commit`
-    locker.release()
+    await unlock()
 
     const responses = await Promise.all(sent)
     assert.deepEqual(

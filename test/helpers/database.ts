@@ -40,3 +40,17 @@ export async function createTestDatabase(
   if (migrated) await migrate(url.toString(), quietLog)
   return { url: url.toString(), sql }
 }
+
+/**
+ * Locks `plants` against inserts on a connection of the test's own, so that creates stay in
+ * flight (or time out) until the returned function commits and releases it.
+ */
+export async function holdPlantsLock(sql: Sql): Promise<() => Promise<void>> {
+  const locker = await sql.reserve()
+  await locker`begin`
+  await locker`lock table plants in share row exclusive mode`
+  return async () => {
+    await locker`commit`
+    locker.release()
+  }
+}
