@@ -380,7 +380,12 @@ if (parts.has('levels')) {
 }
 
 /** The same load at 64 connections against two services, interleaved, `runs` rounds. */
-async function compare(title: string, names: [string, string], services: [Running, Running]) {
+async function compare(
+  title: string,
+  names: [string, string],
+  services: [Running, Running],
+  { connections = 64, rounds: roundCount = runs } = {},
+) {
   const [a, b] = names
   say('')
   say(title)
@@ -388,11 +393,11 @@ async function compare(title: string, names: [string, string], services: [Runnin
     `run  ${`${a} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  ${`${b} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  req/s ratio  CPU ratio`,
   )
   const rounds: [Measured, Measured][] = []
-  for (let run = 1; run <= runs; run++) {
+  for (let run = 1; run <= roundCount; run++) {
     const pair: Measured[] = []
     for (const index of run % 2 === 1 ? [0, 1] : [1, 0]) {
       await sql`truncate plants`
-      pair[index] = await measure(services[index] as Running, 64)
+      pair[index] = await measure(services[index] as Running, connections)
     }
     const [x, y] = pair as [Measured, Measured]
     rounds.push([x, y])
@@ -545,28 +550,16 @@ if (soakStatements > 0) {
     )
   // The machine's own drift over the soak is not the service's: a new service beside the soaked
   // one, interleaved, tells them apart.
-  const fresh = await startService('fresh', url)
-  const pairs: { soaked: number; fresh: number; soakedCpuUs: number; freshCpuUs: number }[] = []
-  for (let round = 1; round <= 3; round++) {
-    const one: Record<string, { rps: number; cpuUs: number }> = {}
-    for (const target of round % 2 === 1 ? [fresh, soaked] : [soaked, fresh]) {
-      await sql`truncate plants`
-      const m = await measure(target, soakConnections)
-      one[target.name] = { rps: m.rps, cpuUs: m.cpuUs }
-    }
-    const s = one.soak ?? { rps: Number.NaN, cpuUs: Number.NaN }
-    const n = one.fresh ?? { rps: Number.NaN, cpuUs: Number.NaN }
-    pairs.push({ soaked: s.rps, fresh: n.rps, soakedCpuUs: s.cpuUs, freshCpuUs: n.cpuUs })
-    say(
-      `after the soak, round ${round}: soaked ${s.rps.toFixed(0)} req/s (${s.cpuUs.toFixed(1)} µs/req), a new service ${n.rps.toFixed(0)} req/s (${n.cpuUs.toFixed(1)} µs/req): ${(s.rps / n.rps).toFixed(2)}`,
-    )
+  results.soak = {
+    connections: soakConnections,
+    minutes,
+    soakedAgainstNew: await compare(
+      `after the soak, ${soakConnections} connections: the soaked service against a new one`,
+      ['soaked', 'new'],
+      [soaked, await startService('new', url)],
+      { connections: soakConnections, rounds: 3 },
+    ),
   }
-  say(
-    `soaked against new, median: throughput ${median(pairs.map((p) => p.soaked / p.fresh)).toFixed(2)}, CPU per request ${median(pairs.map((p) => p.soakedCpuUs / p.freshCpuUs)).toFixed(2)}`,
-  )
-  results.soak = { connections: soakConnections, minutes, soakedAgainstNew: pairs }
-  await stop(fresh)
-  await stop(soaked)
 }
 
 const outDir = join(root, 'bench-results')
