@@ -1,7 +1,7 @@
 // npx tsx bench/observability-parts.ts
 // The CPU cost per request of each part of the metrics and trace context, each in a loop of a
 // million calls: what the side-by-side run in `npm run bench` is too noisy to resolve here.
-import { createMetrics } from '../src/metrics.ts'
+import { createMetrics } from '../src/metrics/metrics.ts'
 
 const metrics = createMetrics()
 const calls = 1_000_000

@@ -1,15 +1,15 @@
 import type { Server } from 'node:http'
 import type { Sql } from 'postgres'
 import type { TokenCache } from './auth/token-cache.ts'
-import { databaseLimits } from './db/sql.ts'
-import { createDocsRoutes } from './docs/reference-page.ts'
-import { createReadyz, healthz } from './health.ts'
+import { createReadyz, healthz } from './http/health.ts'
 import { createRouter } from './http/router.ts'
 import { createHttpServer } from './http/server.ts'
 import { reply } from './http/types.ts'
+import { limits } from './limits.ts'
 import type { Log } from './log.ts'
-import { type Metrics, noMetrics } from './metrics.ts'
-import { buildOpenApiDocument } from './openapi.ts'
+import { type Metrics, noMetrics } from './metrics/metrics.ts'
+import { buildOpenApiDocument } from './openapi/document.ts'
+import { createDocsRoutes } from './openapi/reference-page.ts'
 import { createPlantHandler } from './plants/create-plant.ts'
 import type { PlantStore } from './plants/repository.ts'
 
@@ -43,12 +43,12 @@ export function createApp({
       handler: createPlantHandler({
         tokens,
         store,
-        databaseDeadlineMs: databaseLimits.request,
+        databaseDeadlineMs: limits.database.request,
         createAnswered: metrics.createAnswered,
       }),
     },
     { method: 'GET', path: '/healthz', handler: healthz },
-    { method: 'GET', path: '/readyz', handler: createReadyz(sql, 2_000) },
+    { method: 'GET', path: '/readyz', handler: createReadyz(sql, limits.database.readiness) },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
     ...createDocsRoutes(),
     ...(metrics.handler ? [{ method: 'GET', path: '/metrics', handler: metrics.handler }] : []),

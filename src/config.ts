@@ -1,10 +1,7 @@
 import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
 import { hostUrls } from './db/database-url.ts'
-
-/** The log levels, least severe first. */
-export const logLevels = ['debug', 'info', 'warn', 'error'] as const
-export type LogLevel = (typeof logLevels)[number]
+import { type LogLevel, logLevels } from './log.ts'
 
 /** The settings table: each variable with its default (`undefined`: none); the README explains them. */
 export const settings = {

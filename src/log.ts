@@ -1,5 +1,6 @@
-import type { LogLevel } from './config.ts'
-import { logLevels } from './config.ts'
+/** The log levels, least severe first. */
+export const logLevels = ['debug', 'info', 'warn', 'error'] as const
+export type LogLevel = (typeof logLevels)[number]
 
 /** Fields of one log line besides time, level and message. */
 export type LogFields = Record<string, string | number | boolean | undefined>

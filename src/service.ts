@@ -1,20 +1,15 @@
-import cluster from 'node:cluster'
-import { writeFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
 import type { Sql } from 'postgres'
 import { createApp } from './app.ts'
-import { createTokenCache } from './auth/token-cache.ts'
-import { createToken, hasAnyToken } from './auth/token-repository.ts'
+import { ensureDevToken } from './auth/dev-token.ts'
+import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { defaultDataDir, openDatabase } from './database.ts'
-import { describeDatabase, primaryUrl } from './db/database-url.ts'
-import type { EmbeddedDatabase } from './db/embedded.ts'
-import { migrate } from './db/migrate.ts'
-import { createSql, databaseLimits, leaveReadOnlyServer } from './db/sql.ts'
+import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
+import { createSql, leaveReadOnlyServer } from './db/sql.ts'
+import { limits } from './limits.ts'
 import type { Log } from './log.ts'
-import { createMetrics, noMetrics } from './metrics.ts'
-import { createPlantRepository } from './plants/repository.ts'
+import { createMetrics, noMetrics } from './metrics/metrics.ts'
+import { type BatchLimits, createPlantRepository, type PlantStore } from './plants/repository.ts'
 
 /** A running service. */
 export type Service = {
@@ -22,16 +17,36 @@ export type Service = {
   readonly url: string
   /** Stops accepting, finishes requests in flight (at most `graceMs`), releases everything. */
   readonly close: (graceMs?: number) => Promise<void>
+  /** The token cache, which tests may reload instead of waiting for its notification. */
+  readonly tokens: TokenCache
+  /** The plant store, whose queue tests may watch. */
+  readonly store: PlantStore
+}
+
+/** What a caller may choose beyond the configuration; `main.ts` passes only `role`. */
+export type ServiceOptions = {
+  /**
+   * `single` (the default): this process prepares the database (embedded start, migrations, dev
+   * token) and serves. `worker`: a node:cluster worker, whose primary has prepared it.
+   */
+  readonly role?: 'single' | 'worker'
+  /** Home of the embedded database and the dev token. */
+  readonly dataDir?: string
+  /** How the pool reaches the database URL (tests: through a proxy); the URL itself otherwise. */
+  readonly connectTo?: (url: string) => string
+  /** How creates are grouped into statements (tests make them small). */
+  readonly batchLimits?: BatchLimits
 }
 
 /**
  * Starts the whole service: database (embedded when `DATABASE_URL` is unset), migrations, token
- * cache, HTTP server. Whatever was started is released again if a later step fails.
+ * cache, HTTP server. The one assembly: `main.ts`, each worker and the tests all start this.
+ * Whatever was started is released again if a later step fails.
  */
 export async function startService(
   config: Config,
   log: Log,
-  dataDir = defaultDataDir,
+  { role = 'single', dataDir = defaultDataDir, connectTo, batchLimits }: ServiceOptions = {},
 ): Promise<Service> {
   const cleanups: (() => Promise<void>)[] = []
   const release = async () => {
@@ -41,15 +56,16 @@ export async function startService(
       )
   }
   try {
-    // With WORKERS, the primary has prepared the database before it started this worker.
-    const db = cluster.isWorker
-      ? await openDatabase(config, log, { dataDir })
-      : await prepareDatabase(config, log, dataDir)
+    // A worker's primary has prepared the database before it started the worker.
+    const db =
+      role === 'worker'
+        ? await openDatabase(config, log, { dataDir })
+        : await prepareDatabase(config, log, dataDir)
     cleanups.push(db.stop)
     const sessionUrl = config.databaseDirectUrl ?? db.url
-    const metrics = config.metrics ? createMetrics({ clusterWorker: cluster.isWorker }) : noMetrics
+    const metrics = config.metrics ? createMetrics({ clusterWorker: role === 'worker' }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
-    const sql = createSql(db.url, log, {
+    const sql = createSql(connectTo ? connectTo(db.url) : db.url, log, {
       connectionClosed: metrics.connectionClosed,
       transactionPooler,
     })
@@ -60,11 +76,11 @@ export async function startService(
       : sql
     if (listenSql !== sql) cleanups.push(() => listenSql.end({ timeout: 5 }))
     if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
-    if (db.owned) await ensureDevToken(sql, dataDir, log)
+    if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
-    const store = createPlantRepository(sql, undefined, {
+    const store = createPlantRepository(sql, batchLimits, {
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(sql, log),
     })
@@ -84,12 +100,14 @@ export async function startService(
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
     // With WORKERS, the primary says where the service listens once every worker does.
-    if (cluster.isWorker) log.info(`worker ready on ${url}`, { pid: process.pid })
+    if (role === 'worker') log.info(`worker ready on ${url}`, { pid: process.pid })
     else log.info(`listening on ${url}`, { host: config.host, port })
     let closing: Promise<void> | undefined
     return {
       url,
-      close(graceMs = 10_000) {
+      tokens,
+      store,
+      close(graceMs = limits.drain) {
         closing ??= (async () => {
           await drain(server, graceMs, log)
           await release()
@@ -103,47 +121,6 @@ export async function startService(
   }
 }
 
-/**
- * With the embedded database and no token yet: creates the first token, named dev, saves it in
- * the data folder and logs it, so that a newcomer can make a request at once.
- */
-export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promise<void> {
-  if (await hasAnyToken(sql)) return
-  const created = await createToken(sql, 'dev')
-  if (!('token' in created)) return
-  const file = join(dataDir, 'dev-token')
-  await writeFile(file, `${created.token}\n`, { mode: 0o600 })
-  log.info(`created the first API token, named dev; it is saved in ${file}`, {
-    devToken: created.token,
-  })
-}
-
-/**
- * Opens the database (the embedded one when `DATABASE_URL` is unset) and applies pending
- * migrations; if they fail, stops it again and says which database could not be used.
- */
-export async function prepareDatabase(
-  config: Config,
-  log: Log,
-  dataDir = defaultDataDir,
-): Promise<EmbeddedDatabase> {
-  const db = await openDatabase(config, log, { dataDir })
-  // Migrations take a session-level advisory lock: never through a transaction pooler. Their
-  // driver takes one host: of several, the writable one.
-  const sessionUrl = config.databaseDirectUrl ?? db.url
-  try {
-    await migrate(await primaryUrl(sessionUrl), log)
-  } catch (err) {
-    await db
-      .stop()
-      .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
-    throw new Error(
-      `cannot use the database at ${describeDatabase(sessionUrl)}: ${err instanceof Error ? err.message : String(err)}`,
-    )
-  }
-  return db
-}
-
 // Through a transaction pooler the service cannot set statement_timeout per session; the role or
 // database should carry the contract's 5 s.
 async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
@@ -151,7 +128,7 @@ async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
     select setting::int * case unit when 's' then 1000 else 1 end as ms
     from pg_settings where name = 'statement_timeout'`
   const ms = row?.ms ?? 0
-  if (ms === 0 || ms > databaseLimits.statement) {
+  if (ms === 0 || ms > limits.database.statement) {
     log.warn(
       `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
     )

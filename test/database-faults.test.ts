@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { databaseLimits } from '../src/db/sql.ts'
+import { limits } from '../src/limits.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
@@ -69,9 +69,9 @@ describe('database faults', () => {
     const shown = JSON.stringify(answers)
     for (const a of answers) {
       assert.deepEqual([a.status, a.error], [503, 50301], shown)
-      assert.ok(a.ms < databaseLimits.request + 1000, `held past the deadline: ${shown}`)
+      assert.ok(a.ms < limits.database.request + 1000, `held past the deadline: ${shown}`)
       if (/deadline/.test(String(a.reason)))
-        assert.ok(a.ms >= databaseLimits.request - 100, `before the deadline: ${shown}`)
+        assert.ok(a.ms >= limits.database.request - 100, `before the deadline: ${shown}`)
       else assert.match(String(a.reason), /CONNECT_TIMEOUT/, shown)
     }
     // With at most 5 creates in one statement, most of the 12 wait for it: the deadline answers

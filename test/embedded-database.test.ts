@@ -25,7 +25,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
     const config = parseConfig({ PORT: '0' })
     const first = capture()
-    const service = await startService(config, first.log, dir)
+    const service = await startService(config, first.log, { dataDir: dir })
     tmp.after(() => service.close())
     const token = (await readFile(join(dir, 'dev-token'), 'utf8')).trim()
     assert.match(token, /^pst_/)
@@ -47,7 +47,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
     )
 
     const second = capture()
-    const again = await startService(config, second.log, dir)
+    const again = await startService(config, second.log, { dataDir: dir })
     tmp.after(() => again.close())
     assert.ok(!second.lines.some((l) => 'devToken' in l), 'no second dev token')
     const retry = await fetch(`${again.url}/plants`, {

@@ -161,7 +161,7 @@ describe('GET /metrics (Prometheus text exposition)', () => {
   })
 
   test('METRICS=off: no /metrics (40401), and the API answers as before', async () => {
-    const s = await startTestServer({ after }, { metrics: false })
+    const s = await startTestServer({ after }, { env: { METRICS: 'off' } })
     const res = await fetch(`${s.base}/metrics`)
     assert.equal(res.status, 404)
     assert.equal(((await res.json()) as { error: number }).error, 40401)

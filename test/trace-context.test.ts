@@ -77,7 +77,7 @@ describe('W3C trace context (traceparent)', () => {
   })
 
   test('TRACE_CONTEXT=off: no traceparent and no trace ids in the log', async () => {
-    const off = await startTestServer({ after }, { traceContext: false })
+    const off = await startTestServer({ after }, { env: { TRACE_CONTEXT: 'off' } })
     const res = await off.post(
       { id: uniqueId(), name: 'untraced' },
       { headers: { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' } },

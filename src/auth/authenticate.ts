@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import { type Failure, failure } from '../errors.ts'
+import { type Failure, failure } from '../http/errors.ts'
 import { readBearerToken } from './bearer.ts'
 import type { TokenCache } from './token-cache.ts'
 

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import { type Failure, failure } from '../errors.ts'
+import { type Failure, failure } from '../http/errors.ts'
 
 const token68 = /^[A-Za-z0-9\-._~+/]+=*$/
 

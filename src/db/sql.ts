@@ -1,15 +1,6 @@
 import postgres, { type Sql } from 'postgres'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
-
-/** Database time limits, in milliseconds. */
-export const databaseLimits = {
-  /** PostgreSQL cancels any statement running longer (contract: 5 s). */
-  statement: 5_000,
-  /** A request waits this long for its statement before it is answered 503. */
-  request: 6_000,
-  /** Giving up on opening a connection. */
-  connect: 3_000,
-} as const
 
 // The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
 // no array type, so these two are declared here.
@@ -61,7 +52,7 @@ export type SqlOptions = {
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
   return postgres(withPrimaryForReadWrite(url), {
     max: options.max ?? 10,
-    connect_timeout: databaseLimits.connect / 1000,
+    connect_timeout: limits.database.connect / 1000,
     idle_timeout: 60,
     // The driver's default waits up to 20 s between reconnects (3^n / 100 s); requests queue
     // behind that wait. Capped at 0.5 s, an outage is answered at once and left within a second.
@@ -77,7 +68,7 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
       application_name: options.applicationName ?? applicationName,
       ...(options.transactionPooler
         ? {}
-        : { statement_timeout: databaseLimits.statement, plan_cache_mode: 'force_custom_plan' }),
+        : { statement_timeout: limits.database.statement, plan_cache_mode: 'force_custom_plan' }),
     },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
     onclose: () => options.connectionClosed?.(),

@@ -1,8 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http'
-import { type Failure, failure } from '../errors.ts'
-
-/** The largest accepted body, in bytes (16 KiB). */
-export const maxBodyBytes = 16 * 1024
+import { limits } from '../limits.ts'
+import { type Failure, failure } from './errors.ts'
 
 const jsonType = /^application\/json[ \t]*(?:;[ \t]*charset[ \t]*=[ \t]*(?:utf-8|"utf-8")[ \t]*)?$/i
 
@@ -25,15 +23,16 @@ export function checkContentHeaders(headers: IncomingHttpHeaders): Failure | und
   return undefined
 }
 
-const tooLarge = () => failure(40003, `body: must be at most ${maxBodyBytes} bytes`)
+const tooLarge = () => failure(40003, `body: must be at most ${limits.bodyBytes} bytes`)
 
 /**
- * Reads the body, up to `maxBodyBytes`. A declared `Content-Length` over the limit is refused
+ * Reads the body, up to `limits.bodyBytes`. A declared `Content-Length` over the limit is refused
  * without reading; a chunked body is cut off as soon as it passes the limit.
  */
 export function readBody(req: IncomingMessage): Promise<Buffer | Failure> {
   const declared = req.headers['content-length']
-  if (declared !== undefined && Number(declared) > maxBodyBytes) return Promise.resolve(tooLarge())
+  if (declared !== undefined && Number(declared) > limits.bodyBytes)
+    return Promise.resolve(tooLarge())
   // Inline callbacks, not named ones: tsx keeps function names, which costs a defineProperty
   // for each named closure made, and these are made for every request.
   return new Promise((resolve) => {
@@ -43,7 +42,7 @@ export function readBody(req: IncomingMessage): Promise<Buffer | Failure> {
     req.on('data', (chunk: Buffer) => {
       if (done) return
       size += chunk.length
-      if (size > maxBodyBytes) {
+      if (size > limits.bodyBytes) {
         done = true
         req.pause()
         resolve(tooLarge())

@@ -1,4 +1,4 @@
-import { type Failure, failure } from '../errors.ts'
+import { type Failure, failure } from './errors.ts'
 import type { Handler } from './types.ts'
 
 /** One row of the route table. */

@@ -1,17 +1,11 @@
 import { randomFillSync, randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
-import { errorTable, type Failure, failure, failureHeaders } from '../errors.ts'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
-import { type Metrics, noMetrics } from '../metrics.ts'
+import { type Metrics, noMetrics } from '../metrics/metrics.ts'
+import { errorTable, type Failure, failure, failureHeaders } from './errors.ts'
 import type { Content, Handler, Outcome, Reply, RequestContext } from './types.ts'
-
-/** The time limits of the contract, in milliseconds. */
-export const timeLimits = {
-  headers: 10_000,
-  request: 30_000,
-  keepAlive: 5_000,
-} as const
 
 const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
 
@@ -75,9 +69,9 @@ export function createHttpServer({
 }: HttpOptions): Server {
   const server = createServer(
     {
-      headersTimeout: timeLimits.headers,
-      requestTimeout: timeLimits.request,
-      keepAliveTimeout: timeLimits.keepAlive,
+      headersTimeout: limits.http.headers,
+      requestTimeout: limits.http.request,
+      keepAliveTimeout: limits.http.keepAlive,
       // Node checks the two limits above only this often (30 s by default).
       connectionsCheckingInterval: 500,
     },

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import type { Failure } from '../errors.ts'
+import type { Failure } from './errors.ts'
 
 /** A successful answer: its status and JSON body. */
 export type Reply = {

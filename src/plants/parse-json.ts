@@ -1,4 +1,4 @@
-import { type Failure, failure } from '../errors.ts'
+import { type Failure, failure } from '../http/errors.ts'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
 const integerLiteral = /^-?(?:0|[1-9][0-9]*)$/

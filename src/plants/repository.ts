@@ -1,6 +1,7 @@
 import type { Sql } from 'postgres'
 import { DatabaseUnavailable, isUnavailable, translateUnavailable } from '../db/unavailable.ts'
-import { type Failure, failure } from '../errors.ts'
+import { type Failure, failure } from '../http/errors.ts'
+import { limits as contractLimits } from '../limits.ts'
 import type { NewPlant, Plant } from './schema.ts'
 
 /** The outcome of a create: stored now, an identical retry, or a conflicting id (40009). */
@@ -45,8 +46,6 @@ const pastDeadline = () =>
     reason: 'deadline',
   })
 
-const defaultBatchLimits: BatchLimits = { maxBatch: 1000, maxInFlight: 2, maxQueued: 10_000 }
-
 type Stored = { name: string; tag: string | null }
 type Pending = {
   readonly plant: NewPlant
@@ -75,7 +74,7 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
  */
 export function createPlantRepository(
   sql: Sql,
-  limits: BatchLimits = defaultBatchLimits,
+  limits: BatchLimits = contractLimits.batch,
   { statementRan = () => {}, readOnly = () => {} }: StoreHooks = {},
 ): PlantStore {
   const queue: Pending[] = []

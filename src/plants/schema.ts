@@ -1,5 +1,5 @@
 import * as v from 'valibot'
-import { hinted } from '../json-schema-hints.ts'
+import { hinted } from '../openapi/json-schema-hints.ts'
 
 /** The int64 range of `plants.id`. */
 export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const

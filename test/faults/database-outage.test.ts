@@ -3,7 +3,7 @@ import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { freePort, startEmbedded } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
-import { databaseLimits } from '../../src/db/sql.ts'
+import { limits } from '../../src/limits.ts'
 import { holdPlantsLock, quietLog } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
@@ -104,11 +104,11 @@ describe('a database outage', () => {
     // rest of the 400 find the queue full for as long as it stays stuck (5 s).
     assert.ok(refused.length > 0, 'no create found the queue full')
     assert.ok(
-      refused.every((id) => took(id) < databaseLimits.statement),
+      refused.every((id) => took(id) < limits.database.statement),
       'a create refused for a full queue waited for the database',
     )
     assert.ok(
-      waited.every((id) => took(id) <= databaseLimits.request + 1000),
+      waited.every((id) => took(id) <= limits.database.request + 1000),
       'a waiting create was held past its deadline',
     )
     // The refused ones were never sent, so none of them is stored.

@@ -32,3 +32,31 @@ export function runMain(
     child.on('close', (code) => resolve({ code, stdout, stderr }))
   })
 }
+
+/**
+ * Runs an npm script as an operator does (`npm run -s SCRIPT -- ARGS`), with only `env` and the
+ * path: `-s` keeps npm's own lines out of the script's output.
+ */
+export function runNpm(
+  script: string,
+  args: readonly string[],
+  env: Record<string, string | undefined>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('npm', ['run', '-s', script, '--', ...args], {
+      cwd: projectDir,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString()
+    })
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString()
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}

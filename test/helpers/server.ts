@@ -1,28 +1,17 @@
-import type { AddressInfo } from 'node:net'
-import { createApp } from '../../src/app.ts'
-import { createTokenCache, type TokenCache } from '../../src/auth/token-cache.ts'
 import { createToken } from '../../src/auth/token-repository.ts'
-import { createSql, leaveReadOnlyServer } from '../../src/db/sql.ts'
+import { parseConfig } from '../../src/config.ts'
 import { createLog } from '../../src/log.ts'
-import { createMetrics, type Metrics, noMetrics } from '../../src/metrics.ts'
-import {
-  type BatchLimits,
-  createPlantRepository,
-  type PlantStore,
-} from '../../src/plants/repository.ts'
+import type { BatchLimits } from '../../src/plants/repository.ts'
+import { type Service, startService } from '../../src/service.ts'
 import { type Cleanup, createTestDatabase, type TestDatabase } from './database.ts'
 
-/** A service started inside the test process on a free port, with its own database. */
-export type TestServer = {
+/** The service as `npm start` runs it, on a free port of 127.0.0.1, with a database of its own. */
+export type TestServer = Pick<Service, 'tokens' | 'store'> & {
   readonly base: string
   readonly db: TestDatabase
-  readonly tokens: TokenCache
-  readonly store: PlantStore
-  /** The service's metrics, as `GET /metrics` shows them. */
-  readonly metrics: Metrics
   /** Every log line the service wrote, parsed. */
   readonly logs: Record<string, unknown>[]
-  /** A valid token (named `test`). */
+  /** A valid token (named `test-…`). */
   readonly token: string
   /** Creates a token and waits until this server accepts it. */
   readonly newToken: (name: string) => Promise<string>
@@ -36,54 +25,45 @@ export type TestServer = {
 let counter = 0
 
 /**
- * Starts the service assembled as `src/service.ts` does, on port 0, stopped after `t`.
- * `connectTo` lets the service reach its database another way (through a proxy).
+ * Starts the service (`startService`, the one `npm start` runs) with `LOG_LEVEL=debug` on port 0
+ * of 127.0.0.1, stopped after `t`. `env` adds settings (`METRICS: 'off'`, …); `connectTo` and
+ * `batchLimits` are the service's own options.
  */
 export async function startTestServer(
   t: Cleanup,
   {
     db,
+    env = {},
     connectTo,
     batchLimits,
-    metrics: withMetrics = true,
-    traceContext = true,
   }: {
     db?: TestDatabase
+    env?: Record<string, string>
     connectTo?: (url: string) => string
     batchLimits?: BatchLimits
-    /** As METRICS=on (the default) or off. */
-    metrics?: boolean
-    /** As TRACE_CONTEXT=on (the default) or off. */
-    traceContext?: boolean
   } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
   const logs: Record<string, unknown>[] = []
   const log = createLog('debug', (line) => logs.push(JSON.parse(line) as Record<string, unknown>))
-  const metrics = withMetrics ? createMetrics() : noMetrics
-  const sql = createSql(connectTo ? connectTo(database.url) : database.url, log, {
-    connectionClosed: metrics.connectionClosed,
+  const config = parseConfig({
+    DATABASE_URL: database.url,
+    HOST: '127.0.0.1',
+    PORT: '0',
+    LOG_LEVEL: 'debug',
+    ...env,
   })
-  const tokens = createTokenCache(sql, log)
-  await tokens.start()
-  const store = createPlantRepository(sql, batchLimits, {
-    statementRan: metrics.statementRan,
-    readOnly: leaveReadOnlyServer(sql, log),
+  const service = await startService(config, log, {
+    ...(connectTo && { connectTo }),
+    ...(batchLimits && { batchLimits }),
   })
-  const server = createApp({ sql, store, tokens, log, metrics, traceContext })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.after(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-    await tokens.close()
-    await sql.end({ timeout: 5 })
-  })
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  t.after(() => service.close(0))
+  const base = service.url
 
   async function newToken(name: string): Promise<string> {
     const created = await createToken(database.sql, name)
     if (!('token' in created)) throw new Error(created.problem)
-    await tokens.reload()
+    await service.tokens.reload()
     return created.token
   }
   const token = await newToken(`test-${process.pid}-${++counter}`)
@@ -91,9 +71,8 @@ export async function startTestServer(
   return {
     base,
     db: database,
-    tokens,
-    store,
-    metrics,
+    tokens: service.tokens,
+    store: service.store,
     logs,
     token,
     newToken,

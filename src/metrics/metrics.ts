@@ -7,9 +7,10 @@ import {
   Histogram,
   Registry,
 } from 'prom-client'
-import type { UnavailableReason } from './db/unavailable.ts'
+import type { UnavailableReason } from '../db/unavailable.ts'
+import type { Handler } from '../http/types.ts'
+import { formatted, limits } from '../limits.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
-import type { Handler } from './http/types.ts'
 
 /** How a create ended, as the client saw it. */
 export type CreateOutcomeLabel = 'created' | 'retry' | 'conflict' | 'invalid' | 'unavailable'
@@ -62,7 +63,7 @@ function runtime(): { runtime: string; runtime_version: string } {
 }
 
 const version = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
     version: string
   }
 ).version
@@ -133,7 +134,7 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
   })
   const unavailable = new Counter({
     name: 'plant_store_database_unavailable_total',
-    help: 'Requests answered 503 because of the database: queue_full (too many creates waiting), deadline (no answer within 6 s), database (connection lost or refused, statement timeout)',
+    help: `Requests answered 503 because of the database: queue_full (too many creates waiting), deadline (no answer within ${limits.database.request / 1000} s), database (connection lost or refused, statement timeout)`,
     labelNames: ['reason'],
     registers,
   })
@@ -147,7 +148,7 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
   let sources: MetricSources | undefined
   new Gauge({
     name: 'plant_store_create_queue_waiting',
-    help: 'Creates waiting for a statement (at most 10,000; beyond, creates are refused 503)',
+    help: `Creates waiting for a statement (at most ${formatted(limits.batch.maxQueued)}; beyond, creates are refused 503)`,
     registers,
     collect() {
       this.set(sources?.queue().queued ?? 0)

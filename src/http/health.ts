@@ -1,8 +1,8 @@
 import type { Sql } from 'postgres'
-import { migrationNames, migrationsTable } from './db/migrate.ts'
-import { withDeadline } from './db/unavailable.ts'
+import { migrationNames, migrationsTable } from '../db/migrate.ts'
+import { withDeadline } from '../db/unavailable.ts'
 import { failure } from './errors.ts'
-import { type Handler, reply } from './http/types.ts'
+import { type Handler, reply } from './types.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
 export const healthz: Handler = () => reply({ status: 'ok' })

@@ -1,12 +1,13 @@
 import cluster, { type Worker } from 'node:cluster'
 import { AggregatorRegistry } from 'prom-client'
+import { ensureDevToken } from './auth/dev-token.ts'
 import type { Config } from './config.ts'
-import { defaultDataDir } from './database.ts'
 import type { EmbeddedDatabase } from './db/embedded.ts'
+import { defaultDataDir, prepareDatabase } from './db/open.ts'
 import { createSql } from './db/sql.ts'
+import { limits } from './limits.ts'
 import type { Log } from './log.ts'
-import { metricsRequest } from './metrics.ts'
-import { ensureDevToken, prepareDatabase } from './service.ts'
+import { metricsRequest } from './metrics/metrics.ts'
 
 // WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
 // migrations, the dev token) and N worker processes that share the port (node:cluster). Each
@@ -123,7 +124,9 @@ export async function runPrimary(
 
   const signal = await stopped
   stopping = true
-  log.info(`${signal} received; every worker finishes its requests in flight (at most 10 s)`)
+  log.info(
+    `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
+  )
   const clean = await stopWorkers(log)
   await db.stop()
   log.info('stopped')

@@ -1,8 +1,40 @@
+import process from 'node:process'
 import type { Sql } from 'postgres'
 import { createToken, listTokens, revokeToken } from '../auth/token-repository.ts'
+import type { Config } from '../config.ts'
+import { migrate } from '../db/migrate.ts'
+import { createSql } from '../db/sql.ts'
+import type { Log } from '../log.ts'
+import { onWritableDatabase } from './database.ts'
 
 /** The usage line of `npm run token`. */
 export const tokenUsage = 'usage: npm run token -- create NAME | list | revoke NAME'
+
+/** `npm run token -- create NAME | list | revoke NAME` on the writable server. */
+export async function tokenCommand(
+  config: Config,
+  log: Log,
+  args: readonly string[],
+): Promise<number> {
+  if (args.length === 0) {
+    process.stderr.write(`${tokenUsage}\n`)
+    return 1
+  }
+  return onWritableDatabase(config, log, async (url) => {
+    const sql = createSql(url, log, { max: 1, applicationName: 'plant-store token' })
+    try {
+      await migrate(url, log)
+      return await runTokenCommand(
+        args,
+        sql,
+        (line) => process.stdout.write(`${line}\n`),
+        (line) => process.stderr.write(`${line}\n`),
+      )
+    } finally {
+      await sql.end({ timeout: 5 })
+    }
+  })
+}
 
 /**
  * Runs `token create NAME | list | revoke NAME`. `create` writes the token alone on one line of

@@ -1,3 +1,5 @@
+import { limits } from '../limits.ts'
+
 /**
  * The error table of the contract: every code the service answers with, its HTTP status and the
  * sentence that documents it. Responses and the documentation are both built from this table.
@@ -5,7 +7,7 @@
 export const errorTable = {
   40001: { status: 400, when: 'The body is missing or empty' },
   40002: { status: 400, when: 'Unsupported Content-Type or Content-Encoding' },
-  40003: { status: 400, when: 'The body is larger than 16 KiB' },
+  40003: { status: 400, when: `The body is larger than ${limits.bodyBytes / 1024} KiB` },
   40004: { status: 400, when: 'The body is not well-formed UTF-8 JSON' },
   40005: { status: 400, when: 'The body is JSON but not a valid NewPlant' },
   40009: { status: 400, when: 'A plant with this id exists with a different name or tag' },
@@ -39,9 +41,6 @@ export function failure(code: ErrorCode, message: string, allow?: readonly strin
     : { kind: 'failure', code, message, allow }
 }
 
-/** Seconds a client is asked to wait after a 503. */
-export const retryAfterSeconds = 1
-
 /** The status and headers a failure is answered with (the body is always `{error, message}`). */
 export function failureHeaders(f: Failure): Record<string, string> {
   switch (f.code) {
@@ -54,7 +53,7 @@ export function failureHeaders(f: Failure): Record<string, string> {
     case 40501:
       return { allow: (f.allow ?? []).join(', ') }
     case 50301:
-      return { 'retry-after': String(retryAfterSeconds) }
+      return { 'retry-after': String(limits.retryAfterSeconds) }
     default:
       return {}
   }

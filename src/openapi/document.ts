@@ -1,10 +1,9 @@
 import { toJsonSchema } from '@valibot/to-json-schema'
 import * as v from 'valibot'
-import { type ErrorCode, errorTable, retryAfterSeconds } from './errors.ts'
-import { maxBodyBytes } from './http/body.ts'
-import { timeLimits } from './http/server.ts'
+import { type ErrorCode, errorTable } from '../http/errors.ts'
+import { limits } from '../limits.ts'
+import { NewPlant, Plant } from '../plants/schema.ts'
 import { hinted, jsonSchemaHints } from './json-schema-hints.ts'
-import { NewPlant, Plant } from './plants/schema.ts'
 
 const codes = Object.keys(errorTable).map(Number) as ErrorCode[]
 
@@ -147,7 +146,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
   })
   const unavailable = errorResponse(503, 'The database is unreachable or did not answer in time.', {
     'Retry-After': {
-      description: `Seconds to wait before trying again (${retryAfterSeconds})`,
+      description: `Seconds to wait before trying again (${limits.retryAfterSeconds})`,
       schema: { type: 'integer' },
     },
   })
@@ -165,7 +164,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         '',
         'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
         '',
-        `Time limits: request headers ${timeLimits.headers / 1000} s, whole request ${timeLimits.request / 1000} s, idle keep-alive ${timeLimits.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes.`,
+        `Time limits: request headers ${limits.http.headers / 1000} s, whole request ${limits.http.request / 1000} s, idle keep-alive ${limits.http.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes.`,
         '',
         '## Error codes',
         '',
@@ -202,14 +201,14 @@ export function buildOpenApiDocument(): Record<string, unknown> {
             '',
             '**Idempotent retries.** The id is chosen by the client and is the idempotency key: if a plant with that id exists with the same name and tag (both without a tag counts as the same), the request is a retry and is answered 200 with that plant, changing nothing. If it exists with a different name or tag, the answer is 400 / 40009. Of concurrent creates of one id with different contents exactly one gets 200; all others get 40009.',
             '',
-            `**Limits.** Body at most ${maxBodyBytes} bytes (16 KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
+            `**Limits.** Body at most ${limits.bodyBytes} bytes (${limits.bodyBytes / 1024} KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
             '',
             '**Order of checks.** path, method, credentials, content type, size, JSON, NewPlant, store. A request without valid credentials never has its body read.',
           ].join('\n'),
           parameters: [{ $ref: '#/components/parameters/X-Request-Id' }],
           requestBody: {
             required: true,
-            description: `A NewPlant object, at most ${maxBodyBytes} bytes of UTF-8 JSON.`,
+            description: `A NewPlant object, at most ${limits.bodyBytes} bytes of UTF-8 JSON.`,
             content: {
               'application/json': {
                 schema: { $ref: '#/components/schemas/NewPlant' },

@@ -1,0 +1,20 @@
+import { writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { Sql } from 'postgres'
+import type { Log } from '../log.ts'
+import { createToken, hasAnyToken } from './token-repository.ts'
+
+/**
+ * With the embedded database and no token yet: creates the first token, named dev, saves it in
+ * the data folder and logs it, so that a newcomer can make a request at once.
+ */
+export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promise<void> {
+  if (await hasAnyToken(sql)) return
+  const created = await createToken(sql, 'dev')
+  if (!('token' in created)) return
+  const file = join(dataDir, 'dev-token')
+  await writeFile(file, `${created.token}\n`, { mode: 0o600 })
+  log.info(`created the first API token, named dev; it is saved in ${file}`, {
+    devToken: created.token,
+  })
+}

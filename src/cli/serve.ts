@@ -1,0 +1,59 @@
+import cluster from 'node:cluster'
+import process from 'node:process'
+import type { Config } from '../config.ts'
+import { limits } from '../limits.ts'
+import { coalescedWriter, createLog } from '../log.ts'
+import { runPrimary } from '../primary.ts'
+import { startService } from '../service.ts'
+
+/** What this process is: the whole service, a WORKERS primary, or one of its workers. */
+export type Role = 'single' | 'primary' | 'worker'
+
+/** The one place where the process's role is decided. */
+export function processRole(config: Config): Role {
+  if (cluster.isWorker) return 'worker'
+  return config.workers > 1 ? 'primary' : 'single'
+}
+
+/** `npm start`: serves until SIGINT or SIGTERM; resolves with the exit status. */
+export async function serve(config: Config): Promise<number> {
+  if (config.workers > 1 && 'Deno' in globalThis) {
+    process.stderr.write(
+      `plant-store: WORKERS=${config.workers} needs node:cluster, which Deno does not provide; under Deno run one process (WORKERS=1) per instance\n`,
+    )
+    return 1
+  }
+  const role = processRole(config)
+  const worker = role === 'worker' ? cluster.worker : undefined
+  // Workers share the primary's standard output: writes of at most PIPE_BUF stay whole.
+  const out = coalescedWriter(
+    (chunk) => process.stdout.write(chunk),
+    worker === undefined ? undefined : 4096,
+  )
+  process.on('exit', out.flush)
+  const log = createLog(
+    config.logLevel,
+    out.write,
+    worker === undefined ? undefined : { worker: worker.id },
+  )
+  let stopping: ((signal: string) => void) | undefined
+  const stopped = new Promise<string>((resolve) => {
+    stopping = resolve
+  })
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => stopping?.(signal))
+  if (role === 'primary') return runPrimary(config, log, stopped)
+  // A worker whose primary is gone (killed) stops as on SIGTERM.
+  if (role === 'worker') process.on('disconnect', () => stopping?.('disconnect from the primary'))
+  let service: Awaited<ReturnType<typeof startService>>
+  try {
+    service = await startService(config, log, { role })
+  } catch (err) {
+    log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
+    return 1
+  }
+  const signal = await stopped
+  log.info(`${signal} received; finishing requests in flight (at most ${limits.drain / 1000} s)`)
+  await service.close(limits.drain)
+  log.info('stopped')
+  return 0
+}

@@ -1,0 +1,82 @@
+import { fileURLToPath } from 'node:url'
+import postgres from 'postgres'
+import type { Config } from '../config.ts'
+import type { Log } from '../log.ts'
+import { describeDatabase, hostUrls } from './database-url.ts'
+import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
+import { migrate } from './migrate.ts'
+
+/** The project folder's `.data/`, home of the embedded database and the dev token. */
+export const defaultDataDir = fileURLToPath(new URL('../../.data/', import.meta.url))
+
+/** The database this process uses: `DATABASE_URL`, or the embedded one under the data folder. */
+export async function openDatabase(
+  config: Config,
+  log: Log,
+  { dataDir = defaultDataDir, shareRunning = false } = {},
+): Promise<EmbeddedDatabase> {
+  if (config.databaseUrl !== undefined) {
+    return { url: config.databaseUrl, owned: false, stop: async () => {} }
+  }
+  return startEmbedded({ dir: dataDir, log, shareRunning })
+}
+
+/**
+ * The session URL (`DATABASE_DIRECT_URL`, else the database's own) narrowed to its one writable
+ * host: migrations and the commands write there, through node-pg-migrate's `pg`, which takes one
+ * host. Throws, naming each host and why, when none is writable.
+ */
+export function writableSessionUrl(config: Config, db: EmbeddedDatabase): Promise<string> {
+  return primaryUrl(config.databaseDirectUrl ?? db.url)
+}
+
+/**
+ * Opens the database (the embedded one when `DATABASE_URL` is unset) and applies pending
+ * migrations; if they fail, stops it again and says which database could not be used.
+ */
+export async function prepareDatabase(
+  config: Config,
+  log: Log,
+  dataDir = defaultDataDir,
+): Promise<EmbeddedDatabase> {
+  const db = await openDatabase(config, log, { dataDir })
+  // Migrations take a session-level advisory lock: never through a transaction pooler.
+  try {
+    await migrate(await writableSessionUrl(config, db), log)
+  } catch (err) {
+    await db
+      .stop()
+      .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
+    throw new Error(
+      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${err instanceof Error ? err.message : String(err)}`,
+    )
+  }
+  return db
+}
+
+/**
+ * The URL of the one writable server of a URL with several hosts (the first that is neither in
+ * recovery nor read-only), for tools that take one host, such as node-pg-migrate. A URL with one
+ * host is returned as it is.
+ */
+export async function primaryUrl(text: string): Promise<string> {
+  const urls = hostUrls(text)
+  if (urls === undefined || urls.length < 2) return text
+  const problems: string[] = []
+  for (const url of urls) {
+    url.searchParams.delete('target_session_attrs')
+    const sql = postgres(url.toString(), { max: 1, connect_timeout: 3, onnotice: () => {} })
+    try {
+      const [row] = await sql<{ writable: boolean }[]>`
+        select not pg_is_in_recovery() and current_setting('transaction_read_only') = 'off'
+          as writable`
+      if (row?.writable) return url.toString()
+      problems.push(`${url.host} is read-only`)
+    } catch (err) {
+      problems.push(`${url.host}: ${err instanceof Error ? err.message : String(err)}`)
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  }
+  throw new Error(`no writable server among the hosts (${problems.join('; ')})`)
+}

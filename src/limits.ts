@@ -1,0 +1,37 @@
+/**
+ * The contract's numbers, in one table. The code enforces them from here, and the OpenAPI
+ * document and the metric help texts quote them from here; the README states them in words.
+ */
+export const limits = {
+  /** The largest accepted body, in bytes (16 KiB). */
+  bodyBytes: 16 * 1024,
+  /** Time limits of a connection, in milliseconds: headers, whole request, idle keep-alive. */
+  http: { headers: 10_000, request: 30_000, keepAlive: 5_000 },
+  /** Database time limits, in milliseconds. */
+  database: {
+    /** PostgreSQL cancels any statement running longer. */
+    statement: 5_000,
+    /** A create waits this long for its statement before it is answered 503. */
+    request: 6_000,
+    /** Giving up on opening a connection. */
+    connect: 3_000,
+    /** `GET /readyz` gives the database this long to answer. */
+    readiness: 2_000,
+  },
+  /** How creates are grouped into statements. */
+  batch: {
+    /** Most rows in one statement. */
+    maxBatch: 1000,
+    /** Most statements in flight at once; creates that arrive meanwhile wait and go together. */
+    maxInFlight: 2,
+    /** Most creates waiting; beyond it a create is refused at once as unavailable (503). */
+    maxQueued: 10_000,
+  },
+  /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
+  retryAfterSeconds: 1,
+  /** Requests in flight at SIGTERM may finish for this long, in milliseconds. */
+  drain: 10_000,
+} as const
+
+/** A number as the documents write it: 10000 as 10,000. */
+export const formatted = (n: number) => n.toLocaleString('en-US')
