@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
+import { holdPlantsLock } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 
 const s = await startTestServer({ after })
@@ -47,11 +48,21 @@ describe('POST /plants creates a plant', () => {
     )
   })
 
-  test('ignores and does not store members other than id, name and tag', async () => {
+  test('ignores and does not store members other than id, name and tag, __proto__ and constructor included', async () => {
     const id = uniqueId()
-    const res = await s.post({ id, name: 'Aloe', colour: 'green', __proto__: { admin: true } })
+    // Raw JSON text: an object literal's __proto__ would set its prototype, and
+    // JSON.stringify would then send nothing hostile.
+    const body = `{"id":${id},"name":"Aloe","colour":"green","__proto__":{"tag":"admin","name":"x"},"constructor":{"prototype":{"tag":"y"}}}`
+    assert.match(body, /"__proto__":\{"tag":"admin"/)
+    const res = await s.post(body)
     assert.equal(res.status, 200)
     assert.deepEqual(await res.json(), { name: 'Aloe' })
+    const rows = await s.db.sql`select name, tag from plants where id = ${id}`
+    assert.deepEqual(
+      rows.map((r) => ({ ...r })),
+      [{ name: 'Aloe', tag: null }],
+    )
+    assert.equal(({} as Record<string, unknown>).tag, undefined)
   })
 
   test('records the name of the token that created the row in created_by', async () => {
@@ -93,11 +104,25 @@ describe('POST /plants creates a plant', () => {
     assert.equal(res.status, 200)
   })
 
-  test('sends the 200 only after the row is committed: another connection sees it at once', async () => {
+  test('sends the 200 only after the row is committed: none while the insert is held by a lock, and another connection sees the row as soon as it comes', async () => {
     const id = uniqueId()
-    const res = await s.post({ id, name: 'Basil' })
+    const unlock = await holdPlantsLock(s.db.sql)
+    let answered = false
+    const answer = s.post({ id, name: 'Basil' }).then((res) => {
+      answered = true
+      return res
+    })
+    try {
+      // Held for a while: the statement waits for the lock, so nothing is committed and no
+      // answer may leave.
+      await new Promise((r) => setTimeout(r, 1000))
+      assert.equal(answered, false)
+      assert.equal((await s.db.sql`select 1 from plants where id = ${id}`).length, 0)
+    } finally {
+      await unlock()
+    }
+    const res = await answer
     assert.equal(res.status, 200)
-    const rows = await s.db.sql`select 1 from plants where id = ${id}`
-    assert.equal(rows.length, 1)
+    assert.equal((await s.db.sql`select 1 from plants where id = ${id}`).length, 1)
   })
 })

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { createLog } from '../src/log.ts'
+import { coalescedWriter, createLog } from '../src/log.ts'
 
 describe('log lines', () => {
   test('each line is one JSON object: time, level, message, then the fields that are set', () => {
@@ -65,5 +65,43 @@ describe('log lines', () => {
       lines.map((l) => (JSON.parse(l) as { message: string }).message),
       ['c'],
     )
+  })
+
+  test('the coalescing writer joins one turn of lines into writes of at most 4,096 bytes, a longer line alone, all in order', async () => {
+    const chunks: string[] = []
+    const out = coalescedWriter((chunk) => chunks.push(chunk), 4096)
+    const lines = Array.from({ length: 300 }, (_, i) => `${'é'.repeat(i % 37)}line ${i}\n`)
+    const long = `${'x'.repeat(5000)}\n`
+    lines.splice(150, 0, long)
+    for (const line of lines) out.write(line)
+    await new Promise((r) => setImmediate(r))
+    assert.equal(chunks.join(''), lines.join(''))
+    assert.ok(chunks.length > 1)
+    for (const chunk of chunks) {
+      if (chunk === long) continue
+      assert.ok(Buffer.byteLength(chunk) <= 4096, `a write of ${Buffer.byteLength(chunk)} bytes`)
+      assert.ok(chunk.endsWith('\n'), 'a write ends inside a line')
+    }
+    assert.ok(chunks.includes(long), 'the 5,001-byte line is written alone')
+    // Each write but the last was full: the first line of the next would not have fitted.
+    for (const [i, chunk] of chunks.slice(0, -1).entries()) {
+      const next = `${(chunks[i + 1] ?? '').split('\n')[0]}\n`
+      assert.ok(
+        Buffer.byteLength(chunk) + Buffer.byteLength(next) > 4096,
+        `write ${i} was not full`,
+      )
+    }
+  })
+
+  test('without a bound, the lines of one turn go out in one write', async () => {
+    const chunks: string[] = []
+    const out = coalescedWriter((chunk) => chunks.push(chunk))
+    for (let i = 0; i < 1000; i++) out.write(`${'y'.repeat(50)} ${i}\n`)
+    assert.deepEqual(chunks, [])
+    await new Promise((r) => setImmediate(r))
+    assert.equal(chunks.length, 1)
+    out.write('next turn\n')
+    out.flush()
+    assert.deepEqual(chunks.slice(1), ['next turn\n'])
   })
 })

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { docsContentSecurityPolicy } from '../src/docs/reference-page.ts'
+import { docsContentSecurityPolicy } from '../src/openapi/reference-page.ts'
 import { startTestServer } from './helpers/server.ts'
 
 const s = await startTestServer({ after })
@@ -47,6 +47,20 @@ describe('the API reference page at GET /docs', () => {
     const etag = pageResponse.headers.get('etag') ?? ''
     const revalidated = await fetch(`${s.base}/docs`, { headers: { 'if-none-match': etag } })
     assert.equal(revalidated.status, 304)
+  })
+
+  test("If-None-Match compares weakly: a proxy's W/ form of the tag, or the tag in a list, gets 304; another tag 200", async () => {
+    const etag = pageResponse.headers.get('etag') ?? ''
+    const status = async (field: string) => {
+      const res = await fetch(`${s.base}/docs`, { headers: { 'if-none-match': field } })
+      await res.arrayBuffer()
+      return res.status
+    }
+    assert.equal(await status(`W/${etag}`), 304)
+    assert.equal(await status(`"other", W/${etag}`), 304)
+    assert.equal(await status('*'), 304)
+    assert.equal(await status('"other", W/"other"'), 200)
+    assert.equal(await status(etag.slice(1, -1)), 200)
   })
 
   test('the document and the API stay no-store', async () => {

@@ -178,11 +178,26 @@ function jsonAnswer(outcome: Reply | Failure): Answer {
   return { status, headers, body }
 }
 
+// The opaque part of an entity tag: `W/"x"` and `"x"` compare equal under the weak comparison.
+const opaqueTag = (tag: string) => (tag.startsWith('W/') ? tag.slice(2) : tag)
+
+/**
+ * Whether an If-None-Match field names `etag`, by the weak comparison that RFC 9110 13.1.2
+ * prescribes for it: a proxy may hand on a weak `W/"…"` form of the tag it was sent.
+ */
+export function matchesIfNoneMatch(field: string | undefined, etag: string): boolean {
+  if (field === undefined) return false
+  const wanted = opaqueTag(etag)
+  return field.split(',').some((tag) => {
+    const t = tag.trim()
+    return t === '*' || opaqueTag(t) === wanted
+  })
+}
+
 // A request whose If-None-Match names the content's ETag gets 304 and no body (RFC 9110 13.1.2).
 function contentAnswer(req: IncomingMessage, content: Content): Answer {
   const { etag } = content
-  const known = req.headers['if-none-match']?.split(',').map((tag) => tag.trim()) ?? []
-  const fresh = etag !== undefined && (known.includes(etag) || known.includes('*'))
+  const fresh = etag !== undefined && matchesIfNoneMatch(req.headers['if-none-match'], etag)
   const headers: Record<string, string | number> = {
     'content-type': content.type,
     'cache-control': content.cacheControl,
