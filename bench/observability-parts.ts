@@ -25,7 +25,7 @@ const line = {
   tokenName: 'bench',
 }
 const traced = { ...line, traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7' }
-const { randomHex } = await import('../src/http/server.ts')
+const { randomHex } = await import('../src/http/trace-context.ts')
 
 const parts = {
   'request counter and duration histogram': perCall(() =>

@@ -1,5 +1,4 @@
 import * as v from 'valibot'
-import { hinted } from '../openapi/json-schema-hints.ts'
 
 /** The int64 range of `plants.id`. */
 export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const
@@ -11,7 +10,9 @@ const idRangeMessage = `must be an integer from ${idRange.min} to ${idRange.max}
 
 /** A plant id: the body parser hands integer literals over as `bigint`, so nothing is rounded. */
 export const PlantId = v.pipe(
-  hinted(v.bigint('must be an integer'), { type: 'integer', format: 'int64' }),
+  v.bigint('must be an integer'),
+  // Metadata beside an action is the JSON Schema of what Valibot cannot express itself.
+  v.metadata({ type: 'integer', format: 'int64' }),
   v.minValue(idRange.min, idRangeMessage),
   v.maxValue(idRange.max, idRangeMessage),
 )
@@ -51,18 +52,14 @@ function isWellFormed(s: string): boolean {
 export function text(max: number) {
   return v.pipe(
     v.string('must be a string'),
-    hinted(v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'), {}),
-    hinted(
-      v.check((s: string) => !s.includes('\u0000'), 'must not contain U+0000'),
-      { pattern: '^[^\\u0000]*$' },
-    ),
-    hinted(
-      v.check((s: string) => {
-        const n = codePoints(s)
-        return n >= 1 && n <= max
-      }, `must be 1 to ${max} characters`),
-      { minLength: 1, maxLength: max },
-    ),
+    v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'),
+    v.check((s: string) => !s.includes('\u0000'), 'must not contain U+0000'),
+    v.metadata({ pattern: '^[^\\u0000]*$' }),
+    v.check((s: string) => {
+      const n = codePoints(s)
+      return n >= 1 && n <= max
+    }, `must be 1 to ${max} characters`),
+    v.metadata({ minLength: 1, maxLength: max }),
   )
 }
 

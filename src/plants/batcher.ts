@@ -1,0 +1,166 @@
+import { DatabaseUnavailable, isUnavailable, translateUnavailable } from '../db/unavailable.ts'
+
+/** How items are grouped into statements. */
+export type BatchLimits = {
+  /** Most items in one statement. */
+  readonly maxBatch: number
+  /** Most statements in flight at once; items that arrive meanwhile wait and go together. */
+  readonly maxInFlight: number
+  /** Most items waiting; beyond it an item is refused at once as unavailable (503). */
+  readonly maxQueued: number
+}
+
+/** What the batcher tells the rest of the service. */
+export type BatchHooks = {
+  /** Every batch stored: its items and seconds (for the metrics). */
+  readonly statementRan?: (items: number, seconds: number) => void
+  /** A write met a read-only server (25006): the pool should leave it. */
+  readonly readOnly?: () => void
+}
+
+/** Queues items and hands them to a store-a-batch function, each with its own outcome. */
+export type Batcher<I, O> = {
+  /**
+   * Resolves with the item's outcome once its batch is stored. At `expiresAt` (a
+   * `performance.now()` time) it rejects as unavailable (deadline), whether its batch is in
+   * flight or not yet sent; an item not yet sent is then dropped, never sent.
+   */
+  readonly submit: (item: I, expiresAt?: number) => Promise<O>
+  /** Items waiting for a statement, and statements in flight. */
+  readonly load: () => { queued: number; inFlight: number }
+}
+
+type Pending<I, O> = {
+  readonly item: I
+  readonly expiresAt: number
+  readonly resolve: (outcome: O) => void
+  readonly reject: (err: unknown) => void
+}
+
+const pastDeadline = () =>
+  new DatabaseUnavailable("no answer from the database before the request's deadline", {
+    reason: 'deadline',
+  })
+
+/**
+ * Coalesces the items that arrive while statements are in flight into one call of `storeBatch`
+ * (one statement, one commit), yet answers each item with its own outcome. A batch that fails as
+ * unavailable rejects every item (its statement is one transaction: all or nothing is stored);
+ * any other failure is retried one item at a time, so one bad item fails only itself.
+ */
+export function createBatcher<I, O>(
+  storeBatch: (items: readonly I[]) => Promise<O[]>,
+  limits: BatchLimits,
+  { statementRan = () => {}, readOnly = () => {} }: BatchHooks = {},
+): Batcher<I, O> {
+  const queue: Pending<I, O>[] = []
+  let inFlight = 0
+  let scheduled = false
+
+  async function storeAlone(item: I): Promise<O> {
+    const [outcome] = await storeBatch([item])
+    if (outcome === undefined) throw new Error('an item got no outcome')
+    return outcome
+  }
+
+  // An item is answered 503 at its deadline whether it still waits or its statement is in
+  // flight (the driver may stall for seconds while it reconnects): one timer for the queue's
+  // oldest item and one per statement, rather than one per request.
+  let queueTimer: ReturnType<typeof setTimeout> | undefined
+  function watchQueue(): void {
+    const head = queue[0]
+    if (queueTimer !== undefined || head === undefined || head.expiresAt === Infinity) return
+    queueTimer = setTimeout(() => {
+      queueTimer = undefined
+      dropExpired()
+      watchQueue()
+    }, head.expiresAt - performance.now())
+  }
+
+  // Items wait in arrival order with one deadline length, so the expired ones lead the queue.
+  function dropExpired(): void {
+    const now = performance.now()
+    let expired = 0
+    while (expired < queue.length && (queue[expired]?.expiresAt ?? now) <= now) expired++
+    for (const p of queue.splice(0, expired)) p.reject(pastDeadline())
+  }
+
+  /** Answers each item of a statement in flight at its deadline; returns the stop. */
+  function watchBatch(batch: readonly Pending<I, O>[]): () => void {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const check = () => {
+      const now = performance.now()
+      let next = Number.POSITIVE_INFINITY
+      for (const p of batch) {
+        // Rejecting an item a second time, or after its outcome, changes nothing.
+        if (p.expiresAt <= now) p.reject(pastDeadline())
+        else if (p.expiresAt < next) next = p.expiresAt
+      }
+      timer = next === Number.POSITIVE_INFINITY ? undefined : setTimeout(check, next - now)
+    }
+    check()
+    return () => clearTimeout(timer)
+  }
+
+  async function run(batch: Pending<I, O>[]): Promise<void> {
+    const started = performance.now()
+    const stopWatching = watchBatch(batch)
+    try {
+      const outcomes = await storeBatch(batch.map((p) => p.item))
+      statementRan(batch.length, (performance.now() - started) / 1000)
+      batch.forEach((p, i) => {
+        const outcome = outcomes[i]
+        if (outcome) p.resolve(outcome)
+        else p.reject(new Error('an item got no outcome'))
+      })
+    } catch (err) {
+      if (isUnavailable(err) || batch.length === 1) {
+        if ((err as { code?: unknown }).code === '25006') readOnly()
+        for (const p of batch) p.reject(err)
+        return
+      }
+      await Promise.all(batch.map((p) => storeAlone(p.item).then(p.resolve, p.reject)))
+    } finally {
+      stopWatching()
+    }
+  }
+
+  function flush(): void {
+    scheduled = false
+    dropExpired()
+    while (inFlight < limits.maxInFlight && queue.length > 0) {
+      const batch = queue.splice(0, limits.maxBatch)
+      inFlight++
+      void run(batch).finally(() => {
+        inFlight--
+        schedule()
+      })
+    }
+    watchQueue()
+  }
+
+  // Flushing after the current I/O phase lets the items parsed in it share one statement.
+  function schedule(): void {
+    if (!scheduled && queue.length > 0 && inFlight < limits.maxInFlight) {
+      scheduled = true
+      setImmediate(flush)
+    }
+  }
+
+  function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
+    if (queue.length >= limits.maxQueued) {
+      return Promise.reject(
+        new DatabaseUnavailable(`more than ${limits.maxQueued} creates are waiting`, {
+          reason: 'queue_full',
+        }),
+      )
+    }
+    return new Promise<O>((resolve, reject) => {
+      queue.push({ item, expiresAt, resolve, reject })
+      schedule()
+      watchQueue()
+    }).catch(translateUnavailable)
+  }
+
+  return Object.freeze({ submit, load: () => ({ queued: queue.length, inFlight }) })
+}
