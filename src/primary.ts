@@ -25,6 +25,47 @@ export async function runPrimary(
   stopped: Promise<string>,
   dataDir = defaultDataDir,
 ): Promise<number> {
+  const db = await prepareOnce(config, log, dataDir)
+  if (db === undefined) return 1
+  // Workers read their settings from the environment as any process does; the embedded
+  // database's URL is the one thing the primary adds.
+  const env = config.databaseUrl === undefined ? { DATABASE_URL: db.url } : {}
+  const started = new Map<Worker, number>()
+  const state = { stopping: false }
+  const fork = () => {
+    const worker = cluster.fork(env)
+    started.set(worker, performance.now())
+    return worker
+  }
+  answerMetricsRequests()
+
+  const url = await startWorkers(config, log, fork)
+  if (url === undefined) {
+    state.stopping = true
+    await stopWorkers(log)
+    await db.stop()
+    return 1
+  }
+  log.info(`listening on ${url}`, { workers: config.workers, pid: process.pid })
+  replaceDeadWorkers(log, fork, started, state)
+
+  const signal = await stopped
+  state.stopping = true
+  log.info(
+    `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
+  )
+  const clean = await stopWorkers(log)
+  await db.stop()
+  log.info('stopped')
+  return clean ? 0 : 1
+}
+
+/** The database set-up done once for all workers: migrations, and the dev token when embedded. */
+async function prepareOnce(
+  config: Config,
+  log: Log,
+  dataDir: string,
+): Promise<EmbeddedDatabase | undefined> {
   let db: EmbeddedDatabase | undefined
   try {
     db = await prepareDatabase(config, log, dataDir)
@@ -36,23 +77,16 @@ export async function runPrimary(
         await sql.end({ timeout: 5 })
       }
     }
+    return db
   } catch (err) {
     log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
     await db?.stop()
-    return 1
+    return undefined
   }
+}
 
-  // Workers read their settings from the environment as any process does; the embedded
-  // database's URL is the one thing the primary adds.
-  const env = config.databaseUrl === undefined ? { DATABASE_URL: db.url } : {}
-  const started = new Map<Worker, number>()
-  let stopping = false
-  const fork = () => {
-    const worker = cluster.fork(env)
-    started.set(worker, performance.now())
-    return worker
-  }
-
+/** Answers each worker's request for the metrics of all workers, added up. */
+function answerMetricsRequests(): void {
   const aggregator = new AggregatorRegistry()
   cluster.on('message', (worker, message: { type?: unknown; id?: unknown }) => {
     if (message?.type !== metricsRequest) return
@@ -61,10 +95,12 @@ export async function runPrimary(
       (err: unknown) => worker.send({ type: metricsRequest, id: message.id, error: String(err) }),
     )
   })
+}
 
-  // Start-up: every worker listening, or the first failure ends the start.
+/** Forks every worker; resolves with the URL once all listen, or undefined at the first exit. */
+function startWorkers(config: Config, log: Log, fork: () => Worker): Promise<string | undefined> {
   const all = Array.from({ length: config.workers }, fork)
-  const url = await new Promise<string | undefined>((resolve) => {
+  return new Promise<string | undefined>((resolve) => {
     let listening = 0
     const onListening = (_: Worker, address: { address: string | null; port: number }) => {
       if (++listening === all.length) {
@@ -87,17 +123,17 @@ export async function runPrimary(
     cluster.on('listening', onListening)
     cluster.on('exit', onExit)
   })
-  if (url === undefined) {
-    stopping = true
-    await stopWorkers(log)
-    await db.stop()
-    return 1
-  }
-  log.info(`listening on ${url}`, { workers: config.workers, pid: process.pid })
+}
 
-  // A worker that dies is replaced; one that died soon after its start, after a second.
+/** A worker that dies is replaced; one that died soon after its start, after a second. */
+function replaceDeadWorkers(
+  log: Log,
+  fork: () => Worker,
+  started: Map<Worker, number>,
+  state: { readonly stopping: boolean },
+): void {
   cluster.on('exit', (worker, code, signal) => {
-    if (stopping) return
+    if (state.stopping) return
     const lived = performance.now() - (started.get(worker) ?? 0)
     started.delete(worker)
     const again = lived < quickDeathMs ? 1_000 : 0
@@ -111,7 +147,7 @@ export async function runPrimary(
       },
     )
     setTimeout(() => {
-      if (stopping) return
+      if (state.stopping) return
       const replacement = fork()
       replacement.once('listening', () =>
         log.info(`worker ${replacement.id} replaces worker ${worker.id}`, {
@@ -121,16 +157,6 @@ export async function runPrimary(
       )
     }, again).unref()
   })
-
-  const signal = await stopped
-  stopping = true
-  log.info(
-    `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
-  )
-  const clean = await stopWorkers(log)
-  await db.stop()
-  log.info('stopped')
-  return clean ? 0 : 1
 }
 
 /** Sends SIGTERM to every worker and waits for all of them; whether all exited with 0. */

@@ -68,12 +68,8 @@ const version = (
   }
 ).version
 
-/**
- * Creates the metrics of one service instance in a registry of its own, with Node's default
- * process metrics (event-loop lag, heap, GC, handles). Counters are created with every label
- * value at zero, so that `rate()` and alerts see a series before its first event.
- */
-export function createMetrics({ clusterWorker = false } = {}): Metrics {
+/** A registry of its own with Node's default process metrics (event-loop lag, heap, GC, handles). */
+function serviceRegistry(clusterWorker: boolean): Registry {
   const registry = new Registry()
   if (clusterWorker) {
     // The primary asks each worker for this registry (prom-client's cluster support).
@@ -89,17 +85,18 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     'nodejs_active_resources_total',
   ])
     registry.removeSingleMetric(name)
-  const registers = [registry]
-
   new Gauge({
     name: 'plant_store_build_info',
     help: 'Always 1; the labels name the service version and the runtime',
     labelNames: ['version', 'runtime', 'runtime_version'],
-    registers,
+    registers: [registry],
     aggregator: 'first',
   }).set({ version, ...runtime() }, 1)
+  return registry
+}
 
-  // The two metrics updated on every request, kept cheap (see fast-metric.ts).
+/** The two metrics updated on every request, kept cheap (see fast-metric.ts). */
+function httpMetrics(registry: Registry): Metrics['requestAnswered'] {
   const requests = fastCounter(
     'plant_store_http_requests_total',
     'HTTP requests answered, by method, route pattern (unmatched for an unknown path) and status',
@@ -113,6 +110,16 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 6, 10],
   )
   registry.registerMetric(duration.metric)
+  return (method, route, status, seconds) => {
+    requests.inc(method, route, String(status))
+    duration.observe(route, seconds)
+  }
+}
+
+/** Creates by outcome, statements, and the database's unavailability and lost connections. */
+function storeMetrics(
+  registers: Registry[],
+): Pick<Metrics, 'createAnswered' | 'statementRan' | 'unavailable' | 'connectionClosed'> {
   const creates = new Counter({
     name: 'plant_store_creates_total',
     help: 'POST /plants answers by outcome: created, retry (same id and contents), conflict (40009), invalid (40001-40005), unavailable (503)',
@@ -144,22 +151,34 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     help: 'Database connections of the pool closed: lost (then reopened when needed), or idle for 60 s; a rise under load means reconnects',
     registers,
   })
+  const createSeries = new Map(createOutcomes.map((outcome) => [outcome, creates.labels(outcome)]))
+  return {
+    createAnswered: (outcome: CreateOutcomeLabel) => createSeries.get(outcome)?.inc(),
+    statementRan(batchRows: number, seconds: number) {
+      rows.observe(batchRows)
+      statements.observe(seconds)
+    },
+    unavailable: (reason: UnavailableReason) => unavailable.inc({ reason }),
+    connectionClosed: () => closed.inc(),
+  }
+}
 
-  let sources: MetricSources | undefined
+/** Gauges read at scrape time from the queue and the token cache, once they are watched. */
+function stateGauges(registers: Registry[], sources: () => MetricSources | undefined): void {
   new Gauge({
     name: 'plant_store_create_queue_waiting',
     help: `Creates waiting for a statement (at most ${formatted(limits.batch.maxQueued)}; beyond, creates are refused 503)`,
     registers,
     collect() {
-      this.set(sources?.queue().queued ?? 0)
+      this.set(sources()?.queue().queued ?? 0)
     },
   })
   new Gauge({
     name: 'plant_store_create_statements_in_flight',
-    help: 'Insert statements running in the database (at most 2)',
+    help: `Insert statements running in the database (at most ${limits.batch.maxInFlight})`,
     registers,
     collect() {
-      this.set(sources?.queue().inFlight ?? 0)
+      this.set(sources()?.queue().inFlight ?? 0)
     },
   })
   new Gauge({
@@ -169,7 +188,7 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     // With WORKERS, each worker holds the same tokens.
     aggregator: 'max',
     collect() {
-      this.set(sources?.tokens().valid ?? 0)
+      this.set(sources()?.tokens().valid ?? 0)
     },
   })
   new Gauge({
@@ -179,25 +198,27 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     // With WORKERS, the stalest worker's.
     aggregator: 'max',
     collect() {
-      const loadedAt = sources?.tokens().loadedAt
+      const loadedAt = sources()?.tokens().loadedAt
       this.set(loadedAt === undefined ? Number.NaN : (Date.now() - loadedAt) / 1000)
     },
   })
+}
 
-  const createSeries = new Map(createOutcomes.map((outcome) => [outcome, creates.labels(outcome)]))
-
+/**
+ * Creates the metrics of one service instance in a registry of its own, with Node's default
+ * process metrics. Counters are created with every label value at zero, so that `rate()` and
+ * alerts see a series before its first event.
+ */
+export function createMetrics({ clusterWorker = false } = {}): Metrics {
+  const registry = serviceRegistry(clusterWorker)
+  const registers = [registry]
+  const requestAnswered = httpMetrics(registry)
+  const store = storeMetrics(registers)
+  let sources: MetricSources | undefined
+  stateGauges(registers, () => sources)
   return Object.freeze({
-    requestAnswered(method: string, route: string, status: number, seconds: number) {
-      requests.inc(method, route, String(status))
-      duration.observe(route, seconds)
-    },
-    createAnswered: (outcome: CreateOutcomeLabel) => createSeries.get(outcome)?.inc(),
-    statementRan(batchRows: number, seconds: number) {
-      rows.observe(batchRows)
-      statements.observe(seconds)
-    },
-    unavailable: (reason: UnavailableReason) => unavailable.inc({ reason }),
-    connectionClosed: () => closed.inc(),
+    requestAnswered,
+    ...store,
     watch(given: MetricSources) {
       sources = given
     },

@@ -3,7 +3,6 @@ import * as v from 'valibot'
 import { type ErrorCode, errorTable } from '../http/errors.ts'
 import { limits } from '../limits.ts'
 import { NewPlant, Plant } from '../plants/schema.ts'
-import { hinted, jsonSchemaHints } from './json-schema-hints.ts'
 
 const codes = Object.keys(errorTable).map(Number) as ErrorCode[]
 
@@ -11,7 +10,8 @@ const codes = Object.keys(errorTable).map(Number) as ErrorCode[]
 export const ErrorBody = v.pipe(
   v.strictObject({
     error: v.pipe(
-      hinted(v.picklist(codes), { type: 'integer', format: 'int32' }),
+      v.picklist(codes),
+      v.metadata({ type: 'integer', format: 'int32' }),
       v.description('Stable numeric error code; its first three digits are the HTTP status'),
     ),
     message: v.pipe(
@@ -26,13 +26,12 @@ function schemaOf(schema: v.GenericSchema): Record<string, unknown> {
   const json = toJsonSchema(schema, {
     target: 'draft-2020-12',
     errorMode: 'throw',
-    overrideSchema: ({ valibotSchema, jsonSchema }) => {
-      const hint = jsonSchemaHints.get(valibotSchema)
-      return hint ? { ...jsonSchema, ...hint } : undefined
-    },
+    // What Valibot cannot express in JSON Schema (a bigint, a check) the schemas state in a
+    // metadata action beside it, which the converter copies in.
+    overrideSchema: ({ valibotSchema, jsonSchema }) =>
+      valibotSchema.type === 'bigint' ? jsonSchema : undefined,
     overrideAction: ({ valibotAction, jsonSchema }) => {
-      const hint = jsonSchemaHints.get(valibotAction)
-      if (hint) return { ...jsonSchema, ...hint }
+      if (valibotAction.type === 'check') return jsonSchema
       // The int64 bounds are implied by format: int64; as JSON numbers they would round.
       if (valibotAction.type === 'min_value' || valibotAction.type === 'max_value')
         return jsonSchema
@@ -126,11 +125,8 @@ function probe(
 const newPlantExample = { id: 1001, name: 'Monstera deliciosa', tag: 'tropical' }
 const plantExample = { name: 'Monstera deliciosa', tag: 'tropical' }
 
-/**
- * The OpenAPI 3.1 document of the contract, built from the Valibot schemas the service validates
- * with and from the error table the responses use, so that neither can drift from the code.
- */
-export function buildOpenApiDocument(): Record<string, unknown> {
+/** The responses every operation may share: 400, 401 and 503 with their codes and headers. */
+function errorResponses() {
   const unauthorised = errorResponse(401, 'No valid credentials.', {
     'WWW-Authenticate': {
       description:
@@ -150,152 +146,183 @@ export function buildOpenApiDocument(): Record<string, unknown> {
       schema: { type: 'integer' },
     },
   })
+  return { badRequest, unauthorised, unavailable }
+}
+
+/** The document's introduction: what every path shares, and the table of error codes. */
+function info() {
+  return {
+    title: 'Plant store',
+    version: '1.0.0',
+    summary: 'A sample plant store interface: create plants.',
+    contact: { name: 'The plant store team' },
+    description: [
+      'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
+      '',
+      "Every response carries `X-Request-Id`: the client's own value when it is 1 to 128 characters of `[A-Za-z0-9._-]`, otherwise a generated one. The same id is in the log line of the request.",
+      '',
+      'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
+      '',
+      `Time limits: request headers ${limits.http.headers / 1000} s, whole request ${limits.http.request / 1000} s, idle keep-alive ${limits.http.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes.`,
+      '',
+      '## Error codes',
+      '',
+      codeTable(codes),
+    ].join('\n'),
+  }
+}
+
+// The first server is relative: where the document was fetched from, so a page or client that
+// reads it from a running service talks to that service. The second keeps a variable for clients
+// generated from a saved copy of the document.
+const servers = [
+  { url: '/', description: 'The service this document was fetched from' },
+  {
+    url: '{base_url}',
+    description: 'A service at another address',
+    variables: {
+      base_url: { default: 'http://127.0.0.1:8080', description: 'Where the service runs' },
+    },
+  },
+]
+
+const tags = [
+  { name: 'plants', description: 'Plant records' },
+  { name: 'operations', description: 'Probes for load balancers and orchestrators' },
+  { name: 'documentation', description: 'This document and its reference page' },
+]
+
+/** `POST /plants`. */
+function createPlantOperation({ badRequest, unauthorised, unavailable }: ErrorResponses) {
+  return {
+    operationId: 'createPlant',
+    tags: ['plants'],
+    summary: 'Create a plant',
+    description: [
+      'Creates a new plant in the store. The 200 is sent only after the row is committed.',
+      '',
+      '**Idempotent retries.** The id is chosen by the client and is the idempotency key: if a plant with that id exists with the same name and tag (both without a tag counts as the same), the request is a retry and is answered 200 with that plant, changing nothing. If it exists with a different name or tag, the answer is 400 / 40009. Of concurrent creates of one id with different contents exactly one gets 200; all others get 40009.',
+      '',
+      `**Limits.** Body at most ${limits.bodyBytes} bytes (${limits.bodyBytes / 1024} KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
+      '',
+      '**Order of checks.** path, method, credentials, content type, size, JSON, NewPlant, store. A request without valid credentials never has its body read.',
+    ].join('\n'),
+    parameters: [{ $ref: '#/components/parameters/X-Request-Id' }],
+    requestBody: {
+      required: true,
+      description: `A NewPlant object, at most ${limits.bodyBytes} bytes of UTF-8 JSON.`,
+      content: {
+        'application/json': {
+          schema: { $ref: '#/components/schemas/NewPlant' },
+          example: newPlantExample,
+        },
+      },
+    },
+    responses: {
+      '200': okResponse(
+        'The plant response: the stored plant (also for an idempotent retry)',
+        { $ref: '#/components/schemas/Plant' },
+        plantExample,
+      ),
+      '400': badRequest,
+      '401': unauthorised,
+      '500': errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
+      '503': unavailable,
+    },
+  }
+}
+
+/** The probes and documents: no credentials, GET and HEAD. */
+function probePaths({ unavailable }: ErrorResponses) {
+  return {
+    '/healthz': probe(
+      'getLiveness',
+      'operations',
+      'Liveness',
+      'Answers 200 while the process runs; the database is not consulted.',
+      okResponse('The process runs', statusSchema('ok')),
+    ),
+    '/readyz': probe(
+      'getReadiness',
+      'operations',
+      'Readiness',
+      'Answers 200 when the database answers and its schema is current, 503 otherwise.',
+      okResponse('Ready to serve', statusSchema('ready')),
+      { '503': unavailable },
+    ),
+    '/metrics': probe(
+      'getMetrics',
+      'operations',
+      'Prometheus metrics',
+      'Counters, gauges and histograms of this instance in the Prometheus text exposition format: requests by route and status, creates by outcome, the create queue, batch sizes, database unavailability, the token cache, and the runtime. 404 when the service runs with `METRICS=off`.',
+      textResponse('The metrics', 'text/plain'),
+    ),
+    '/openapi.json': probe(
+      'getOpenApiDocument',
+      'documentation',
+      'This document',
+      'The OpenAPI 3.1 document of the service.',
+      okResponse('The OpenAPI document', { type: 'object' }),
+    ),
+    '/docs': probe(
+      'getReferencePage',
+      'documentation',
+      'The API reference page',
+      'This document rendered by Swagger UI, where a token can be entered and requests tried. Everything the page loads comes from the service itself.',
+      textResponse('The HTML page', 'text/html'),
+    ),
+  }
+}
+
+/** Security scheme, schemas (from the Valibot schemas), the X-Request-Id parameter and header. */
+function components() {
+  return {
+    securitySchemes: {
+      bearerAuth: {
+        type: 'http',
+        scheme: 'bearer',
+        description:
+          'RFC 6750 bearer token (`pst_` and 43 base64url characters), issued with `npm run token -- create NAME`. The scheme name is case-insensitive; one space separates it from the token.',
+      },
+    },
+    schemas: {
+      NewPlant: { ...schemaOf(NewPlant), examples: [newPlantExample] },
+      Plant: { ...schemaOf(Plant), examples: [plantExample] },
+      Error: schemaOf(ErrorBody),
+    },
+    parameters: {
+      'X-Request-Id': {
+        name: 'X-Request-Id',
+        in: 'header',
+        required: false,
+        description: 'Your id for this request, echoed back and logged; otherwise one is generated',
+        schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+      },
+    },
+    headers: {
+      'X-Request-Id': {
+        description: 'The id of this request, as in its log line',
+        schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+      },
+    },
+  }
+}
+
+type ErrorResponses = ReturnType<typeof errorResponses>
+
+/**
+ * The OpenAPI 3.1 document of the contract, built from the Valibot schemas the service validates
+ * with and from the error table the responses use, so that neither can drift from the code.
+ */
+export function buildOpenApiDocument(): Record<string, unknown> {
+  const errors = errorResponses()
   return {
     openapi: '3.1.0',
-    info: {
-      title: 'Plant store',
-      version: '1.0.0',
-      summary: 'A sample plant store interface: create plants.',
-      contact: { name: 'The plant store team' },
-      description: [
-        'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
-        '',
-        "Every response carries `X-Request-Id`: the client's own value when it is 1 to 128 characters of `[A-Za-z0-9._-]`, otherwise a generated one. The same id is in the log line of the request.",
-        '',
-        'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
-        '',
-        `Time limits: request headers ${limits.http.headers / 1000} s, whole request ${limits.http.request / 1000} s, idle keep-alive ${limits.http.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes.`,
-        '',
-        '## Error codes',
-        '',
-        codeTable(codes),
-      ].join('\n'),
-    },
-    // The first server is relative: where the document was fetched from, so a page or client
-    // that reads it from a running service talks to that service. The second keeps a variable
-    // for clients generated from a saved copy of the document.
-    servers: [
-      { url: '/', description: 'The service this document was fetched from' },
-      {
-        url: '{base_url}',
-        description: 'A service at another address',
-        variables: {
-          base_url: { default: 'http://127.0.0.1:8080', description: 'Where the service runs' },
-        },
-      },
-    ],
-    tags: [
-      { name: 'plants', description: 'Plant records' },
-      { name: 'operations', description: 'Probes for load balancers and orchestrators' },
-      { name: 'documentation', description: 'This document and its reference page' },
-    ],
+    info: info(),
+    servers,
+    tags,
     security: [{ bearerAuth: [] }],
-    paths: {
-      '/plants': {
-        post: {
-          operationId: 'createPlant',
-          tags: ['plants'],
-          summary: 'Create a plant',
-          description: [
-            'Creates a new plant in the store. The 200 is sent only after the row is committed.',
-            '',
-            '**Idempotent retries.** The id is chosen by the client and is the idempotency key: if a plant with that id exists with the same name and tag (both without a tag counts as the same), the request is a retry and is answered 200 with that plant, changing nothing. If it exists with a different name or tag, the answer is 400 / 40009. Of concurrent creates of one id with different contents exactly one gets 200; all others get 40009.',
-            '',
-            `**Limits.** Body at most ${limits.bodyBytes} bytes (${limits.bodyBytes / 1024} KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
-            '',
-            '**Order of checks.** path, method, credentials, content type, size, JSON, NewPlant, store. A request without valid credentials never has its body read.',
-          ].join('\n'),
-          parameters: [{ $ref: '#/components/parameters/X-Request-Id' }],
-          requestBody: {
-            required: true,
-            description: `A NewPlant object, at most ${limits.bodyBytes} bytes of UTF-8 JSON.`,
-            content: {
-              'application/json': {
-                schema: { $ref: '#/components/schemas/NewPlant' },
-                example: newPlantExample,
-              },
-            },
-          },
-          responses: {
-            '200': okResponse(
-              'The plant response: the stored plant (also for an idempotent retry)',
-              { $ref: '#/components/schemas/Plant' },
-              plantExample,
-            ),
-            '400': badRequest,
-            '401': unauthorised,
-            '500': errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
-            '503': unavailable,
-          },
-        },
-      },
-      '/healthz': probe(
-        'getLiveness',
-        'operations',
-        'Liveness',
-        'Answers 200 while the process runs; the database is not consulted.',
-        okResponse('The process runs', statusSchema('ok')),
-      ),
-      '/readyz': probe(
-        'getReadiness',
-        'operations',
-        'Readiness',
-        'Answers 200 when the database answers and its schema is current, 503 otherwise.',
-        okResponse('Ready to serve', statusSchema('ready')),
-        { '503': unavailable },
-      ),
-      '/metrics': probe(
-        'getMetrics',
-        'operations',
-        'Prometheus metrics',
-        'Counters, gauges and histograms of this instance in the Prometheus text exposition format: requests by route and status, creates by outcome, the create queue, batch sizes, database unavailability, the token cache, and the runtime. 404 when the service runs with `METRICS=off`.',
-        textResponse('The metrics', 'text/plain'),
-      ),
-      '/openapi.json': probe(
-        'getOpenApiDocument',
-        'documentation',
-        'This document',
-        'The OpenAPI 3.1 document of the service.',
-        okResponse('The OpenAPI document', { type: 'object' }),
-      ),
-      '/docs': probe(
-        'getReferencePage',
-        'documentation',
-        'The API reference page',
-        'This document rendered by Swagger UI, where a token can be entered and requests tried. Everything the page loads comes from the service itself.',
-        textResponse('The HTML page', 'text/html'),
-      ),
-    },
-    components: {
-      securitySchemes: {
-        bearerAuth: {
-          type: 'http',
-          scheme: 'bearer',
-          description:
-            'RFC 6750 bearer token (`pst_` and 43 base64url characters), issued with `npm run token -- create NAME`. The scheme name is case-insensitive; one space separates it from the token.',
-        },
-      },
-      schemas: {
-        NewPlant: { ...schemaOf(NewPlant), examples: [newPlantExample] },
-        Plant: { ...schemaOf(Plant), examples: [plantExample] },
-        Error: schemaOf(ErrorBody),
-      },
-      parameters: {
-        'X-Request-Id': {
-          name: 'X-Request-Id',
-          in: 'header',
-          required: false,
-          description:
-            'Your id for this request, echoed back and logged; otherwise one is generated',
-          schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
-        },
-      },
-      headers: {
-        'X-Request-Id': {
-          description: 'The id of this request, as in its log line',
-          schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
-        },
-      },
-    },
+    paths: { '/plants': { post: createPlantOperation(errors) }, ...probePaths(errors) },
+    components: components(),
   }
 }
