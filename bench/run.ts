@@ -25,6 +25,7 @@ import { createToken } from '../src/auth/token-repository.ts'
 import { freePort, startEmbedded } from '../src/db/embedded.ts'
 import { migrate } from '../src/db/migrate.ts'
 import { createLog } from '../src/log.ts'
+import { isFailure } from '../src/outcome.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../test/helpers/pgbouncer.ts'
 import { renderBatchChart, renderChart } from './chart.ts'
 import { pgbenchPath, pgbenchVersion, runPgbench } from './pgbench.ts'
@@ -172,8 +173,8 @@ if (!url) {
 await migrate(url, log)
 const sql = postgres(url, { max: 2, onnotice: () => {} })
 const created = await createToken(sql, `bench-${Date.now()}`)
-if (!('token' in created)) throw new Error(created.problem)
-const token = created.token
+if (isFailure(created)) throw new Error(created.message)
+const token = created
 let nextId = 1n
 
 /** One measured wrk run after a warm-up, with the CPU the target spent per request. */

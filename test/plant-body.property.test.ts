@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import fc from 'fast-check'
+import { isFailure } from '../src/outcome.ts'
 import { parseJsonBody } from '../src/plants/parse-json.ts'
 import { validateNewPlant } from '../src/plants/schema.ts'
 import { startTestServer } from './helpers/server.ts'
@@ -86,12 +87,15 @@ describe('property: any body gets 200 or an Error-shaped 4xx, never a 5xx', () =
     fc.assert(
       fc.property(body, (b) => {
         const parsed = parseJsonBody(Buffer.from(b.replace('FRESH', '1')))
-        if ('kind' in parsed) {
+        if (isFailure(parsed)) {
           assert.equal(parsed.code, 40004)
           return
         }
         const result = validateNewPlant(parsed.value)
-        if (!result.ok) assert.match(result.message, /^(id|name|tag|body): /)
+        if (isFailure(result)) {
+          assert.equal(result.code, 40005)
+          assert.match(result.message, /^(id|name|tag|body): /)
+        }
       }),
       { seed, numRuns: 2000 },
     )
@@ -120,7 +124,7 @@ describe('property: any body gets 200 or an Error-shaped 4xx, never a 5xx', () =
     fc.assert(
       fc.property(object, (text) => {
         const parsed = parseJsonBody(Buffer.from(text))
-        assert.ok(!('kind' in parsed), text)
+        assert.ok(!isFailure(parsed), text)
         const id = (parsed.value as { id: unknown }).id
         // What JSON.parse keeps for id is the last top-level member named id, however written.
         const reference = JSON.parse(

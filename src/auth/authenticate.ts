@@ -1,11 +1,12 @@
 import type { IncomingMessage } from 'node:http'
 import { type Failure, failure } from '../http/errors.ts'
+import { isFailure } from '../outcome.ts'
 import { readBearerToken } from './bearer.ts'
 import type { TokenCache } from './token-cache.ts'
 
 /** The name of the token a request carries, or why it is refused (40010, 40101, 40102). */
 export function authenticate(req: IncomingMessage, tokens: TokenCache): string | Failure {
   const token = readBearerToken(req)
-  if (typeof token !== 'string') return token
+  if (isFailure(token)) return token
   return tokens.verify(token) ?? failure(40102, 'the token is unknown or revoked')
 }

@@ -2,6 +2,7 @@ import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Sql } from 'postgres'
 import type { Log } from '../log.ts'
+import { isFailure } from '../outcome.ts'
 import { createToken, hasAnyToken } from './token-repository.ts'
 
 /**
@@ -11,10 +12,10 @@ import { createToken, hasAnyToken } from './token-repository.ts'
 export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promise<void> {
   if (await hasAnyToken(sql)) return
   const created = await createToken(sql, 'dev')
-  if (!('token' in created)) return
+  if (isFailure(created)) return
   const file = join(dataDir, 'dev-token')
-  await writeFile(file, `${created.token}\n`, { mode: 0o600 })
+  await writeFile(file, `${created}\n`, { mode: 0o600 })
   log.info(`created the first API token, named dev; it is saved in ${file}`, {
-    devToken: created.token,
+    devToken: created,
   })
 }

@@ -1,21 +1,16 @@
 import type { Sql } from 'postgres'
+import { type Refusal, refusal } from '../outcome.ts'
 import { generateToken, tokenDigest, tokenNamePattern } from './tokens.ts'
 
 /** One row of `npm run token -- list`. */
 export type TokenInfo = { name: string; createdAt: Date; revokedAt: Date | null }
 
-/** What a token command can answer besides success. */
-export type TokenProblem = { problem: string }
-
 /** Creates a token; only its digest is stored, so the returned token is shown this once. */
-export async function createToken(
-  sql: Sql,
-  name: string,
-): Promise<{ token: string } | TokenProblem> {
+export async function createToken(sql: Sql, name: string): Promise<string | Refusal> {
   if (!tokenNamePattern.test(name)) {
-    return {
-      problem: `token name ${JSON.stringify(name)} must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
-    }
+    return refusal(
+      `token name ${JSON.stringify(name)} must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+    )
   }
   const token = generateToken()
   const rows = await sql`
@@ -23,8 +18,8 @@ export async function createToken(
     on conflict (name) do nothing
     returning name`
   if (rows.length === 0)
-    return { problem: `a token named ${name} exists already; names are never reused` }
-  return { token }
+    return refusal(`a token named ${name} exists already; names are never reused`)
+  return token
 }
 
 /** Every token, valid or revoked, oldest first. */
@@ -35,15 +30,12 @@ export async function listTokens(sql: Sql): Promise<TokenInfo[]> {
 }
 
 /** Revokes a token; revoking a revoked token changes nothing. */
-export async function revokeToken(
-  sql: Sql,
-  name: string,
-): Promise<{ revokedAt: Date } | TokenProblem> {
+export async function revokeToken(sql: Sql, name: string): Promise<Date | Refusal> {
   const [row] = await sql<{ revokedAt: Date }[]>`
     update api_tokens set revoked_at = coalesce(revoked_at, now())
     where name = ${name}
     returning revoked_at as "revokedAt"`
-  return row ?? { problem: `no token is named ${name}` }
+  return row?.revokedAt ?? refusal(`no token is named ${name}`)
 }
 
 /** Whether any token, valid or revoked, has ever been created. */

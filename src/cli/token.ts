@@ -5,6 +5,7 @@ import type { Config } from '../config.ts'
 import { migrate } from '../db/migrate.ts'
 import { createSql } from '../db/sql.ts'
 import type { Log } from '../log.ts'
+import { isFailure } from '../outcome.ts'
 import { onWritableDatabase } from './database.ts'
 
 /** The usage line of `npm run token`. */
@@ -48,9 +49,9 @@ export async function runTokenCommand(
 ): Promise<number> {
   const [verb, name, ...extra] = args
   if (verb === 'create' && name !== undefined && extra.length === 0) {
-    const result = await createToken(sql, name)
-    if ('problem' in result) return fail(err, result.problem)
-    out(result.token)
+    const token = await createToken(sql, name)
+    if (isFailure(token)) return fail(err, token.message)
+    out(token)
     err(`created token ${name}; it is shown only now, so keep it somewhere safe`)
     return 0
   }
@@ -63,9 +64,9 @@ export async function runTokenCommand(
     return 0
   }
   if (verb === 'revoke' && name !== undefined && extra.length === 0) {
-    const result = await revokeToken(sql, name)
-    if ('problem' in result) return fail(err, result.problem)
-    err(`token ${name} is revoked (since ${result.revokedAt.toISOString()})`)
+    const revokedAt = await revokeToken(sql, name)
+    if (isFailure(revokedAt)) return fail(err, revokedAt.message)
+    err(`token ${name} is revoked (since ${revokedAt.toISOString()})`)
     return 0
   }
   return fail(err, tokenUsage)

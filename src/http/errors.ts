@@ -1,4 +1,5 @@
 import { limits } from '../limits.ts'
+import type { Refusal } from '../outcome.ts'
 
 /**
  * The error table of the contract: every code the service answers with, its HTTP status and the
@@ -26,11 +27,9 @@ export const errorTable = {
 /** One code of the error table. */
 export type ErrorCode = keyof typeof errorTable
 
-/** An expected failure: a code of the table, a message for a person, and the `Allow` list for 405. */
-export type Failure = {
-  readonly kind: 'failure'
+/** An expected failure of a request: a refusal with a code of the table, and `Allow` for 405. */
+export type Failure = Refusal & {
   readonly code: ErrorCode
-  readonly message: string
   readonly allow?: readonly string[]
 }
 

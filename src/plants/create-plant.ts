@@ -3,9 +3,10 @@ import { authenticate } from '../auth/authenticate.ts'
 import type { TokenCache } from '../auth/token-cache.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
-import { type Failure, failure } from '../http/errors.ts'
+import type { Failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
+import { isFailure } from '../outcome.ts'
 import { parseJsonBody } from './parse-json.ts'
 import type { PlantStore } from './repository.ts'
 import { type NewPlant, validateNewPlant } from './schema.ts'
@@ -21,17 +22,14 @@ export type CreatePlantDeps = {
 }
 
 /** The content type, size, JSON and NewPlant checks, in the contract's order. */
-async function readNewPlant(
-  req: IncomingMessage,
-): Promise<{ kind: 'valid'; plant: NewPlant } | Failure> {
+async function readNewPlant(req: IncomingMessage): Promise<NewPlant | Failure> {
   const badHeaders = checkContentHeaders(req.headers)
   if (badHeaders) return badHeaders
   const body = await readBody(req)
-  if (!(body instanceof Uint8Array)) return body
+  if (isFailure(body)) return body
   const parsed = parseJsonBody(body)
-  if ('kind' in parsed) return parsed
-  const valid = validateNewPlant(parsed.value)
-  return valid.ok ? { kind: 'valid', plant: valid.plant } : failure(40005, valid.message)
+  if (isFailure(parsed)) return parsed
+  return validateNewPlant(parsed.value)
 }
 
 /**
@@ -46,21 +44,25 @@ export function createPlantHandler({
 }: CreatePlantDeps): Handler {
   return async (req, ctx) => {
     const tokenName = authenticate(req, tokens)
-    if (typeof tokenName !== 'string') return tokenName
+    if (isFailure(tokenName)) return tokenName
     ctx.tokenName = tokenName
 
-    const read = await readNewPlant(req)
-    if (read.kind === 'failure') {
+    const plant = await readNewPlant(req)
+    if (isFailure(plant)) {
       createAnswered('invalid')
-      return read
+      return plant
     }
     const outcome = await store
-      .create(read.plant, tokenName, performance.now() + databaseDeadlineMs)
+      .create(plant, tokenName, performance.now() + databaseDeadlineMs)
       .catch((err: unknown) => {
         if (err instanceof DatabaseUnavailable) createAnswered('unavailable')
         throw err
       })
-    createAnswered(outcome.kind === 'failure' ? 'conflict' : outcome.kind)
-    return outcome.kind === 'failure' ? outcome : reply(outcome.plant)
+    if (isFailure(outcome)) {
+      createAnswered('conflict')
+      return outcome
+    }
+    createAnswered(outcome.kind)
+    return reply(outcome.plant)
   }
 }

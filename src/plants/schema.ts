@@ -1,4 +1,5 @@
 import * as v from 'valibot'
+import { type Failure, failure } from '../http/errors.ts'
 
 /** The int64 range of `plants.id`. */
 export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const
@@ -99,14 +100,12 @@ export const Plant = v.pipe(
 export type Plant = v.InferOutput<typeof Plant>
 
 /** Validates a parsed body; the message names each offending member and why. */
-export function validateNewPlant(
-  value: unknown,
-): { ok: true; plant: NewPlant } | { ok: false; message: string } {
+export function validateNewPlant(value: unknown): NewPlant | Failure {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    return { ok: false, message: 'body: must be a JSON object' }
+    return failure(40005, 'body: must be a JSON object')
   }
   const result = v.safeParse(NewPlant, value, { abortPipeEarly: true })
-  if (result.success) return { ok: true, plant: result.output }
+  if (result.success) return result.output
   const seen = new Set<string>()
   const parts: string[] = []
   for (const issue of result.issues) {
@@ -118,5 +117,5 @@ export function validateNewPlant(
       `${where}: ${issue.input === undefined && where !== 'body' ? 'is required' : issue.message}`,
     )
   }
-  return { ok: false, message: parts.join('; ') }
+  return failure(40005, parts.join('; '))
 }

@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import type { Sql } from 'postgres'
 import { createToken } from '../../src/auth/token-repository.ts'
+import { isFailure } from '../../src/outcome.ts'
 import { projectDir } from './cli.ts'
 import { within } from './wait.ts'
 
@@ -58,8 +59,8 @@ export async function startServiceProcess(
 /** Creates a token as `npm run token -- create` does and waits until the service accepts it. */
 export async function tokenFor(sql: Sql, base: string, name: string): Promise<string> {
   const created = await createToken(sql, name)
-  if (!('token' in created)) throw new Error(created.problem)
-  const { token } = created
+  if (isFailure(created)) throw new Error(created.message)
+  const token = created
   await within(2000, async () => {
     const res = await fetch(`${base}/plants`, {
       method: 'POST',

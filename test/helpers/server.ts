@@ -1,6 +1,7 @@
 import { createToken } from '../../src/auth/token-repository.ts'
 import { parseConfig } from '../../src/config.ts'
 import { createLog } from '../../src/log.ts'
+import { isFailure } from '../../src/outcome.ts'
 import type { BatchLimits } from '../../src/plants/repository.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { type Cleanup, createTestDatabase, type TestDatabase } from './database.ts'
@@ -62,9 +63,9 @@ export async function startTestServer(
 
   async function newToken(name: string): Promise<string> {
     const created = await createToken(database.sql, name)
-    if (!('token' in created)) throw new Error(created.problem)
+    if (isFailure(created)) throw new Error(created.message)
     await service.tokens.reload()
-    return created.token
+    return created
   }
   const token = await newToken(`test-${process.pid}-${++counter}`)
 
