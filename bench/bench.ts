@@ -1,0 +1,116 @@
+import type { Sql } from 'postgres'
+import { runPgbench } from './pgbench.ts'
+import { cpuSeconds, type Running, stop } from './processes.ts'
+import { idsAfter, runWrk, type WrkResult } from './wrk.ts'
+
+/** The settings of one bench run, from the command line. */
+export type BenchOptions = {
+  readonly runs: number
+  readonly seconds: number
+  readonly warmup: number
+  readonly flatSeconds: number
+  readonly soakStatements: number
+  readonly soakConnections: number
+  readonly levels: readonly number[]
+  readonly havePgbench: boolean
+}
+
+/** One measured wrk run after a warm-up, with the CPU the target spent per request. */
+export type Measured = WrkResult & { cpuUs: number; rowsOk: boolean }
+
+/** A comparison of two services: medians of the interleaved rounds. */
+export type Comparison = Record<string, number>
+
+/** Writes a line of the report. */
+export const say = (line: string) => process.stdout.write(`${line}\n`)
+export const median = (xs: number[]) =>
+  [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN
+/** `n` with `d` decimals, right-aligned in `w` characters. */
+export const f = (n: number, w: number, d = 0) => n.toFixed(d).padStart(w)
+
+/**
+ * What every phase shares: the database, the token, and the ids handed out so far (each wrk
+ * run takes fresh ones, so every 200 is a new row). The phases get this and nothing global.
+ */
+export function createBench(options: BenchOptions, url: string, sql: Sql, token: string) {
+  let nextId = 1n
+
+  /** One wrk run of `seconds` on fresh ids (`POST /plants`, or the bare server's POST). */
+  async function load(target: { base: string }, connections: number, seconds: number) {
+    const r = await runWrk({ url: target.base, token, connections, seconds, firstId: nextId })
+    const first = nextId
+    nextId = idsAfter(nextId, r, connections)
+    return { ...r, first, next: nextId }
+  }
+
+  /** A warm-up, then a measured run with the CPU per request and a check that each 200 is a row. */
+  async function measure(target: Running, connections: number): Promise<Measured> {
+    const pid = target.child.pid ?? 0
+    await load(target, connections, options.warmup)
+    const cpuBefore = cpuSeconds(pid)
+    const r = await load(target, connections, options.seconds)
+    const cpuUs = ((cpuSeconds(pid) - cpuBefore) * 1e6) / r.requests
+    // Every 200 is a row: at least as many rows as answers (wrk may stop with requests unread).
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from plants
+      where id >= ${String(r.first)}::int8 and id < ${String(r.next)}::int8`
+    const rowsOk = target.name === 'HTTP ceiling' || (row?.n ?? 0) >= r.requests - r.errors
+    const { first: _first, next: _next, ...result } = r
+    return { ...result, cpuUs, rowsOk }
+  }
+
+  /** pgbench's single-row inserts after a warm-up. */
+  async function measurePgbench(connections: number) {
+    await runPgbench({ url, connections, seconds: options.warmup })
+    return runPgbench({ url, connections, seconds: options.seconds })
+  }
+
+  /** The same load against two services, interleaved, `rounds` rounds; stops both after. */
+  async function compare(
+    title: string,
+    names: [string, string],
+    services: [Running, Running],
+    { connections = 64, rounds: roundCount = options.runs } = {},
+  ): Promise<Comparison> {
+    const [a, b] = names
+    say('')
+    say(title)
+    say(
+      `run  ${`${a} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  ${`${b} req/s`.padStart(14)}  ${'p99 ms'.padStart(7)}  ${'CPU µs/req'.padStart(10)}  |  req/s ratio  CPU ratio`,
+    )
+    const rounds: [Measured, Measured][] = []
+    for (let run = 1; run <= roundCount; run++) {
+      const pair: Measured[] = []
+      for (const index of run % 2 === 1 ? [0, 1] : [1, 0]) {
+        await sql`truncate plants`
+        pair[index] = await measure(services[index] as Running, connections)
+      }
+      const [x, y] = pair as [Measured, Measured]
+      rounds.push([x, y])
+      say(
+        `${f(run, 3)}  ${f(x.rps, 14)}  ${f(x.p99, 7, 2)}  ${f(x.cpuUs, 10, 1)}  |  ${f(y.rps, 14)}  ${f(y.p99, 7, 2)}  ${f(y.cpuUs, 10, 1)}  |  ${f(x.rps / y.rps, 11, 3)}  ${f(x.cpuUs / y.cpuUs, 9, 3)}`,
+      )
+    }
+    const m = {
+      [`${a}Rps`]: median(rounds.map(([x]) => x.rps)),
+      [`${b}Rps`]: median(rounds.map(([, y]) => y.rps)),
+      [`${a}P99`]: median(rounds.map(([x]) => x.p99)),
+      [`${b}P99`]: median(rounds.map(([, y]) => y.p99)),
+      [`${a}CpuUs`]: median(rounds.map(([x]) => x.cpuUs)),
+      [`${b}CpuUs`]: median(rounds.map(([, y]) => y.cpuUs)),
+      ratio: median(rounds.map(([x, y]) => x.rps / y.rps)),
+      cpuRatio: median(rounds.map(([x, y]) => x.cpuUs / y.cpuUs)),
+      errors: rounds.reduce((sum, [x, y]) => sum + x.errors + y.errors, 0),
+    }
+    say(
+      `medians: ${a}/${b} throughput ${m.ratio?.toFixed(3)}, CPU per request ${m.cpuRatio?.toFixed(3)} (${m[`${a}CpuUs`]?.toFixed(1)} against ${m[`${b}CpuUs`]?.toFixed(1)} µs); p99 ${m[`${a}P99`]?.toFixed(2)} against ${m[`${b}P99`]?.toFixed(2)} ms; errors ${m.errors}`,
+    )
+    for (const done of services) await stop(done)
+    return m
+  }
+
+  return { options, url, sql, token, load, measure, measurePgbench, compare }
+}
+
+/** The shared bench a phase runs in. */
+export type Bench = ReturnType<typeof createBench>

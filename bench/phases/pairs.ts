@@ -1,0 +1,68 @@
+import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../../test/helpers/pgbouncer.ts'
+import { type Bench, type Comparison, say } from '../bench.ts'
+import { spawnService } from '../processes.ts'
+
+// Phases that run two services side by side through the bench's compare().
+
+/** Metrics and trace context on (the default) against off. */
+export async function observabilityPhase(bench: Bench): Promise<Comparison> {
+  return bench.compare(
+    'metrics and trace context at 64 connections: on (the default) against off',
+    ['on', 'off'],
+    [
+      await spawnService('on', bench.url),
+      await spawnService('off', bench.url, { METRICS: 'off', TRACE_CONTEXT: 'off' }),
+    ],
+  )
+}
+
+/** Through PgBouncer in transaction mode (pool of 8) against straight to PostgreSQL. */
+export async function pgbouncerPhase(bench: Bench): Promise<Comparison | string> {
+  const { url, sql } = bench
+  if (!pgbouncerPresent) {
+    const why = `no PgBouncer at ${pgbouncerPath} (apt-get install pgbouncer)`
+    say('')
+    say(`pgbouncer: left out, ${why}`)
+    return why
+  }
+  const cleanups: (() => unknown)[] = []
+  try {
+    const bouncer = await startPgBouncer(
+      url,
+      { after: (fn) => void cleanups.push(fn) },
+      { poolSize: 8 },
+    )
+    // Through the pooler the service sends no statement_timeout; the database carries it.
+    await sql.unsafe(
+      `alter database ${new URL(url).pathname.slice(1)} set statement_timeout = '5s'`,
+    )
+    return await bench.compare(
+      'through PgBouncer 1.18 in transaction mode (pool of 8) against straight to PostgreSQL, 64 connections',
+      ['pgbouncer', 'direct'],
+      [
+        await spawnService('pgbouncer', bouncer.url, {
+          DATABASE_POOL_MODE: 'transaction',
+          DATABASE_DIRECT_URL: url,
+        }),
+        await spawnService('direct', url),
+      ],
+    )
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup()
+  }
+}
+
+/**
+ * This checkout's service against another checkout's (`--baseline DIR`, with its own
+ * node_modules), on the same database: a change's cost, measured side by side.
+ */
+export async function baselinePhase(bench: Bench, dir: string): Promise<Comparison> {
+  return bench.compare(
+    `this checkout against the one in ${dir}, 64 connections`,
+    ['this', 'baseline'],
+    [
+      await spawnService('this', bench.url),
+      await spawnService('baseline', bench.url, {}, { cwd: dir }),
+    ],
+  )
+}
