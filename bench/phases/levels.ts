@@ -1,14 +1,9 @@
 import { type Bench, f, median, say } from '../bench.ts'
+import type { LevelSummary } from '../chart.ts'
 import { batchRows, type Running, rssMb } from '../processes.ts'
 
-type Level = {
+type Level = LevelSummary & {
   run: number
-  connections: number
-  serviceRps: number
-  ceilingRps: number
-  ratio: number
-  p50: number
-  p99: number
   max: number
   errors: number
   rowsPerStatement: number
@@ -17,8 +12,6 @@ type Level = {
 }
 
 /** Medians over the runs at each number of connections, for the report and the charts. */
-export type LevelSummary = ReturnType<typeof summarise>[number]
-
 function summarise(levels: readonly number[], rows: readonly Level[]) {
   return levels.map((connections) => {
     const at = rows.filter((r) => r.connections === connections)
