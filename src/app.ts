@@ -23,6 +23,27 @@ export type AppDeps = {
   readonly metrics?: Metrics
   /** Keep or start a W3C trace context per request (default true). */
   readonly traceContext?: boolean
+  /** Serve `GET /metrics` here (default true); false when it has a port of its own. */
+  readonly metricsRoute?: boolean
+  /** Open client connections at most; `undefined`: no cap. */
+  readonly maxConnections?: number | undefined
+}
+
+/**
+ * The server of `METRICS_PORT`: `GET /metrics` alone, with the same answers, limits and request
+ * log as the service's own port.
+ */
+export function createMetricsServer(metrics: Metrics, log: Log, maxConnections?: number): Server {
+  const route = createRouter(
+    metrics.handler ? [{ method: 'GET', path: '/metrics', handler: metrics.handler }] : [],
+  )
+  return createHttpServer({
+    route,
+    log,
+    metrics,
+    traceContext: false,
+    ...(maxConnections === undefined ? {} : { maxConnections }),
+  })
 }
 
 /** The one place where the HTTP server is assembled: the route table and its handlers. */
@@ -33,6 +54,8 @@ export function createApp({
   log,
   metrics = noMetrics,
   traceContext = true,
+  metricsRoute = true,
+  maxConnections,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({ queue: store.load, tokens: tokens.state })
@@ -51,7 +74,15 @@ export function createApp({
     { method: 'GET', path: '/readyz', handler: createReadyz(sql, limits.database.readiness) },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
     ...createDocsRoutes(),
-    ...(metrics.handler ? [{ method: 'GET', path: '/metrics', handler: metrics.handler }] : []),
+    ...(metrics.handler && metricsRoute
+      ? [{ method: 'GET', path: '/metrics', handler: metrics.handler }]
+      : []),
   ])
-  return createHttpServer({ route, log, metrics, traceContext })
+  return createHttpServer({
+    route,
+    log,
+    metrics,
+    traceContext,
+    ...(maxConnections === undefined ? {} : { maxConnections }),
+  })
 }

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
 import { hostUrls } from './db/database-url.ts'
@@ -12,8 +13,11 @@ export const settings = {
   HOST: { default: '127.0.0.1' },
   LOG_LEVEL: { default: 'info' },
   METRICS: { default: 'on' },
+  METRICS_PORT: { default: undefined },
+  METRICS_HOST: { default: '127.0.0.1' },
   TRACE_CONTEXT: { default: 'on' },
   WORKERS: { default: '1' },
+  MAX_CONNECTIONS: { default: 'auto' },
 } as const
 
 const onOff = v.pipe(
@@ -43,6 +47,34 @@ const workers = v.pipe(
   v.maxValue(256, 'must be auto or an integer from 1 to 256'),
 )
 
+const maxConnections = v.pipe(
+  v.string(),
+  v.regex(/^(?:auto|[1-9][0-9]{0,6})$/, 'must be auto or an integer from 1 to 1000000'),
+  v.transform((s) => (s === 'auto' ? connectionsForFileLimit() : Number(s))),
+)
+
+/** File handles the service keeps apart from client connections: the pool, LISTEN, the log. */
+const reservedHandles = 100
+
+/**
+ * MAX_CONNECTIONS=auto: the process's limit of open files (Linux: /proc/self/limits) less what
+ * the service needs besides, so that accepting one more connection never leaves the pool
+ * without a file handle. `undefined` (no cap) where the limit cannot be read.
+ */
+export function connectionsForFileLimit(
+  read = () => readFileSync('/proc/self/limits', 'utf8'),
+): number | undefined {
+  let text: string
+  try {
+    text = read()
+  } catch {
+    return undefined
+  }
+  const soft = /^Max open files\s+(\d+|unlimited)/m.exec(text)?.[1]
+  if (soft === undefined || soft === 'unlimited') return undefined
+  return Math.max(16, Number(soft) - reservedHandles)
+}
+
 const EnvSchema = v.object({
   DATABASE_URL: v.optional(databaseUrl),
   DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
@@ -51,8 +83,18 @@ const EnvSchema = v.object({
   HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
   METRICS: onOff,
+  METRICS_PORT: v.optional(
+    v.pipe(
+      v.string(),
+      v.regex(/^[1-9]\d{0,4}$/, 'must be an integer from 1 to 65535'),
+      v.transform(Number),
+      v.maxValue(65535, 'must be an integer from 1 to 65535'),
+    ),
+  ),
+  METRICS_HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
   TRACE_CONTEXT: onOff,
   WORKERS: workers,
+  MAX_CONNECTIONS: maxConnections,
 })
 
 /** The validated, frozen settings of one process. */
@@ -70,10 +112,18 @@ export type Config = Readonly<{
   logLevel: LogLevel
   /** Serve GET /metrics and keep the counters behind it. */
   metrics: boolean
+  /**
+   * Where GET /metrics is served instead of the service's port: a port of its own, on
+   * `metricsHost` (loopback unless told otherwise). `undefined`: on the service's port.
+   */
+  metricsPort: number | undefined
+  metricsHost: string
   /** Keep or start a W3C trace context per request: `traceparent` and the log's trace ids. */
   traceContext: boolean
   /** Processes serving HTTP: 1 is this process alone; more are node:cluster workers. */
   workers: number
+  /** Open client connections at most (per process); `undefined`: no cap. */
+  maxConnections: number | undefined
 }>
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
@@ -108,6 +158,11 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
       'invalid setting DATABASE_POOL_MODE=transaction: needs DATABASE_DIRECT_URL, a session connection (PostgreSQL itself, or a session-mode pool) for migrations and LISTEN',
     )
   }
+  if (out.METRICS_PORT !== undefined && out.METRICS_PORT === out.PORT) {
+    throw new ConfigError(
+      `invalid setting METRICS_PORT=${JSON.stringify(String(out.METRICS_PORT))}: must differ from PORT`,
+    )
+  }
   return Object.freeze({
     databaseUrl: out.DATABASE_URL,
     poolMode: out.DATABASE_POOL_MODE,
@@ -116,7 +171,10 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     host: out.HOST,
     logLevel: out.LOG_LEVEL,
     metrics: out.METRICS,
+    metricsPort: out.METRICS_PORT,
+    metricsHost: out.METRICS_HOST,
     traceContext: out.TRACE_CONTEXT,
     workers: out.WORKERS,
+    maxConnections: out.MAX_CONNECTIONS,
   })
 }

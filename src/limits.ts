@@ -6,7 +6,15 @@ export const limits = {
   /** The largest accepted body, in bytes (16 KiB). */
   bodyBytes: 16 * 1024,
   /** Time limits of a connection, in milliseconds: headers, whole request, idle keep-alive. */
-  http: { headers: 10_000, request: 30_000, keepAlive: 5_000 },
+  http: {
+    headers: 10_000,
+    request: 30_000,
+    keepAlive: 5_000,
+    /** A connection on which no byte moves either way (an answer left unread) is closed. */
+    stalled: 10_000,
+    /** Requests of one connection waiting behind the one that runs; one more closes it. */
+    pipelined: 16,
+  },
   /** Database time limits, in milliseconds. */
   database: {
     /** PostgreSQL cancels any statement running longer. */

@@ -7,7 +7,7 @@ import { defaultDataDir, prepareDatabase } from './db/open.ts'
 import { createSql } from './db/sql.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
-import { metricsRequest } from './metrics/metrics.ts'
+import { metricsRequest, shared } from './metrics/metrics.ts'
 
 // WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
 // migrations, the dev token) and N worker processes that share the port (node:cluster). Each
@@ -85,12 +85,16 @@ async function prepareOnce(
   }
 }
 
-/** Answers each worker's request for the metrics of all workers, added up. */
+/**
+ * Answers each worker's request for the metrics of all workers, added up: one aggregation at a
+ * time, shared by the requests that come while it runs.
+ */
 function answerMetricsRequests(): void {
   const aggregator = new AggregatorRegistry()
+  const aggregate = shared(() => aggregator.clusterMetrics())
   cluster.on('message', (worker, message: { type?: unknown; id?: unknown }) => {
     if (message?.type !== metricsRequest) return
-    aggregator.clusterMetrics().then(
+    aggregate().then(
       (text) => worker.send({ type: metricsRequest, id: message.id, text }),
       (err: unknown) => worker.send({ type: metricsRequest, id: message.id, error: String(err) }),
     )
@@ -103,6 +107,8 @@ function startWorkers(config: Config, log: Log, fork: () => Worker): Promise<str
   return new Promise<string | undefined>((resolve) => {
     let listening = 0
     const onListening = (_: Worker, address: { address: string | null; port: number }) => {
+      // Each worker's METRICS_PORT server listens too; only the service's port counts.
+      if (address.port === config.metricsPort) return
       if (++listening === all.length) {
         cleanup()
         const host = config.host.includes(':') ? `[${config.host}]` : config.host

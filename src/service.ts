@@ -1,6 +1,7 @@
+import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Sql } from 'postgres'
-import { createApp } from './app.ts'
+import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
@@ -84,6 +85,7 @@ export async function startService(
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(sql, log),
     })
+    const ownMetricsPort = config.metrics && config.metricsPort !== undefined
     const server = createApp({
       sql,
       store,
@@ -91,14 +93,24 @@ export async function startService(
       log,
       metrics,
       traceContext: config.traceContext,
+      metricsRoute: !ownMetricsPort,
+      maxConnections: config.maxConnections,
     })
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(config.port, config.host, () => resolve())
-    })
+    const url = await listen(server, config.port, config.host)
     const { port } = server.address() as AddressInfo
-    const host = config.host.includes(':') ? `[${config.host}]` : config.host
-    const url = `http://${host}:${port}`
+    const metricsServer = ownMetricsPort
+      ? createMetricsServer(metrics, log, config.maxConnections)
+      : undefined
+    if (metricsServer) {
+      const at = await listen(metricsServer, config.metricsPort ?? 0, config.metricsHost).catch(
+        (err: unknown) => {
+          server.close()
+          throw err
+        },
+      )
+      cleanups.push(() => drain(metricsServer, 0, log))
+      if (role !== 'worker') log.info(`metrics on ${at}/metrics`, { host: config.metricsHost })
+    }
     // With WORKERS, the primary says where the service listens once every worker does.
     if (role === 'worker') log.info(`worker ready on ${url}`, { pid: process.pid })
     else log.info(`listening on ${url}`, { host: config.host, port })
@@ -121,6 +133,19 @@ export async function startService(
   }
 }
 
+/** Listens on `port` of `host`; resolves with the base URL. */
+async function listen(server: Server, port: number, host: string): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+  const bound = (server.address() as AddressInfo).port
+  return `http://${host.includes(':') ? `[${host}]` : host}:${bound}`
+}
+
 // Through a transaction pooler the service cannot set statement_timeout per session; the role or
 // database should carry the contract's 5 s.
 async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
@@ -137,7 +162,7 @@ async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
 
 // Stop accepting; let requests in flight finish, closing each connection as it goes idle; after
 // `graceMs` close whatever is left.
-async function drain(server: import('node:http').Server, graceMs: number, log: Log): Promise<void> {
+async function drain(server: Server, graceMs: number, log: Log): Promise<void> {
   const closed = new Promise<void>((resolve) => server.close(() => resolve()))
   const sweep = setInterval(() => server.closeIdleConnections(), 50)
   let timer: ReturnType<typeof setTimeout> | undefined

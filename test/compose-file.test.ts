@@ -56,6 +56,19 @@ describe('compose.yaml and the Dockerfile', () => {
     assert.match(app.healthcheck?.test.join(' ') ?? '', new RegExp(`:${config.port}/readyz`))
   })
 
+  test('the metrics have a port of their own that compose never publishes', () => {
+    const env = Object.fromEntries(
+      Object.entries(app.environment).map(([k, v]) => [k, substitute(String(v))]),
+    )
+    const config = parseConfig(env)
+    assert.ok(config.metricsPort !== undefined, 'METRICS_PORT is set')
+    assert.notEqual(config.metricsPort, config.port)
+    assert.ok(
+      !(app.ports ?? []).some((p) => p.split(':').includes(String(config.metricsPort))),
+      `published: ${app.ports}`,
+    )
+  })
+
   test('docker stop is graceful: SIGTERM with more grace than the 10 s drain, node as PID 1', () => {
     assert.equal(app.stop_signal, 'SIGTERM')
     assert.ok(Number.parseInt(app.stop_grace_period ?? '0', 10) > 10)

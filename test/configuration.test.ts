@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { availableParallelism } from 'node:os'
 import { describe, test } from 'node:test'
-import { ConfigError, parseConfig } from '../src/config.ts'
+import { ConfigError, connectionsForFileLimit, parseConfig } from '../src/config.ts'
 import { describeDatabase, hostUrls } from '../src/db/database-url.ts'
 import { runMain } from './helpers/cli.ts'
 
@@ -19,6 +19,9 @@ describe('configuration', () => {
         poolMode: 'session',
         databaseDirectUrl: undefined,
         workers: 1,
+        maxConnections: connectionsForFileLimit(),
+        metricsPort: undefined,
+        metricsHost: '127.0.0.1',
       },
     )
   })
@@ -62,6 +65,8 @@ describe('configuration', () => {
       METRICS: 'off',
       TRACE_CONTEXT: 'off',
       WORKERS: '3',
+      MAX_CONNECTIONS: '500',
+      METRICS_PORT: '9464',
     })
     assert.deepEqual(
       { ...config },
@@ -75,6 +80,9 @@ describe('configuration', () => {
         poolMode: 'session',
         databaseDirectUrl: undefined,
         workers: 3,
+        maxConnections: 500,
+        metricsPort: 9464,
+        metricsHost: '127.0.0.1',
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -96,6 +104,12 @@ describe('configuration', () => {
     ['WORKERS', '257'],
     ['WORKERS', 'all'],
     ['WORKERS', '2.5'],
+    ['MAX_CONNECTIONS', '0'],
+    ['MAX_CONNECTIONS', 'many'],
+    ['METRICS_PORT', '0'],
+    ['METRICS_PORT', '65536'],
+    ['METRICS_PORT', '8080'],
+    ['METRICS_HOST', 'two words'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(
@@ -104,6 +118,21 @@ describe('configuration', () => {
       )
     })
   }
+
+  test('MAX_CONNECTIONS=auto is the open-file limit less 100 handles for the pool and the log, at least 16; no cap where the limit cannot be read', () => {
+    const limits = (soft: string) => () =>
+      `Limit                     Soft Limit           Hard Limit           Units\nMax open files            ${soft}                1048576              files\n`
+    assert.equal(connectionsForFileLimit(limits('20000')), 19_900)
+    assert.equal(connectionsForFileLimit(limits('64')), 16)
+    assert.equal(connectionsForFileLimit(limits('unlimited')), undefined)
+    assert.equal(
+      connectionsForFileLimit(() => {
+        throw new Error('ENOENT')
+      }),
+      undefined,
+    )
+    assert.equal(parseConfig({}).maxConnections, connectionsForFileLimit())
+  })
 
   test('WORKERS=auto is one worker per core this process may use', () => {
     assert.equal(parseConfig({ WORKERS: 'auto' }).workers, availableParallelism())

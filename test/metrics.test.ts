@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { tokenDigest } from '../src/auth/tokens.ts'
+import { freePort } from '../src/db/embedded.ts'
+import { shared } from '../src/metrics/metrics.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -166,5 +168,38 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     assert.equal(res.status, 404)
     assert.equal(((await res.json()) as { error: number }).error, 40401)
     assert.equal((await s.post({ id: uniqueId(), name: 'no metrics' })).status, 200)
+  })
+
+  test('shared(): callers that come while a collection runs get its result; the next call collects anew', async () => {
+    let collections = 0
+    let release = () => {}
+    const collect = shared(async () => {
+      collections++
+      await new Promise<void>((r) => {
+        release = r
+      })
+      return collections
+    })
+    const waiting = Array.from({ length: 10 }, () => collect())
+    release()
+    assert.deepEqual(await Promise.all(waiting), Array(10).fill(1))
+    const next = collect()
+    release()
+    assert.equal(await next, 2)
+  })
+
+  test('METRICS_PORT: /metrics moves to a port of its own on 127.0.0.1, and the service port answers it 404', async () => {
+    const port = await freePort()
+    const s = await startTestServer({ after }, { env: { METRICS_PORT: String(port) } })
+    const moved = await fetch(`${s.base}/metrics`)
+    assert.equal(moved.status, 404)
+    await moved.arrayBuffer()
+    assert.ok(s.logs.some((l) => l.message === `metrics on http://127.0.0.1:${port}/metrics`))
+    await s.post({ id: uniqueId(), name: 'counted elsewhere' })
+    const text = await scrape(`http://127.0.0.1:${port}`)
+    assert.ok(seriesValue(text, 'plant_store_creates_total{outcome="created"}') >= 1)
+    const other = await fetch(`http://127.0.0.1:${port}/plants`, { method: 'POST' })
+    assert.equal(other.status, 404)
+    await other.arrayBuffer()
   })
 })

@@ -21,6 +21,9 @@ const connectionCodes = new Set([
   'CONNECTION_DESTROYED',
   'CONNECTION_ENDED',
   'ECONNREFUSED',
+  // Out of file handles (the process's or the system's): a connection could not be opened now.
+  'EMFILE',
+  'ENFILE',
   'ECONNRESET',
   'EPIPE',
   'ETIMEDOUT',

@@ -29,10 +29,15 @@ const tooLarge = () => failure(40003, `body: must be at most ${limits.bodyBytes}
  * Reads the body, up to `limits.bodyBytes`. A declared `Content-Length` over the limit is refused
  * without reading; a chunked body is cut off as soon as it passes the limit.
  */
-export function readBody(req: IncomingMessage): Promise<Buffer | Failure> {
+export function readBody(
+  req: IncomingMessage,
+  sendContinue?: () => void,
+): Promise<Buffer | Failure> {
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > limits.bodyBytes)
     return Promise.resolve(tooLarge())
+  // The client waits for this before it sends a body it announced with Expect: 100-continue.
+  sendContinue?.()
   // Inline callbacks, not named ones: tsx keeps function names, which costs a defineProperty
   // for each named closure made, and these are made for every request.
   return new Promise((resolve) => {

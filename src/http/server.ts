@@ -18,7 +18,28 @@ export type HttpOptions = {
   readonly metrics?: Pick<Metrics, 'requestAnswered' | 'unavailable'>
   /** Keep or start a W3C trace context per request (default true). */
   readonly traceContext?: boolean
+  /** Open connections at most; more are closed as soon as they are accepted. */
+  readonly maxConnections?: number
 }
+
+/**
+ * The requests of one connection. Node runs pipelined requests at once and goes on running them
+ * after an answer that closes the connection; here they run one at a time, in order, and none
+ * runs after an answer that closes the connection (RFC 9112 §9.3, §9.6).
+ */
+type Connection = {
+  /** A request of this connection is running, or its answer is not yet handed to the system. */
+  busy: boolean
+  /** Requests pipelined behind it, at most `limits.http.pipelined`. */
+  readonly waiting: [IncomingMessage, ServerResponse][]
+  /** An answer closes the connection: nothing more of it is run. */
+  closing: boolean
+}
+const connectionOf = Symbol('plant-store connection')
+type Tracked = { [connectionOf]?: Connection }
+
+/** The longest path a log line keeps; a longer one is cut and marked with `…`. */
+const loggedPathLength = 256
 
 /**
  * The HTTP adapter: assigns the request id, routes, turns every outcome (and every throw) into a
@@ -29,7 +50,44 @@ export function createHttpServer({
   log,
   metrics = noMetrics,
   traceContext = true,
+  maxConnections,
 }: HttpOptions): Server {
+  const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
+    conn.busy = true
+    // The next request of the connection runs once this answer is handed to the system (or
+    // the connection is gone): an answer the client does not read holds the rest back.
+    res.once('close', () => {
+      conn.busy = false
+      const next = conn.closing ? undefined : conn.waiting.shift()
+      if (next) run(conn, next[0], next[1])
+    })
+    // handle() answers every outcome itself; this only keeps a fault in writing the answer
+    // from becoming an unhandled rejection, which would end the process.
+    handle(req, res, conn, route, log, metrics, traceContext).catch((err: unknown) => {
+      log.error('failed to answer a request', {
+        error: err instanceof Error ? err.message : String(err),
+      })
+      res.destroy()
+    })
+  }
+  const accept = (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket as typeof req.socket & Tracked
+    let conn = socket[connectionOf]
+    if (conn === undefined) {
+      conn = { busy: false, waiting: [], closing: false }
+      socket[connectionOf] = conn
+    }
+    // Behind an answer that closes the connection: never run, never answered.
+    if (conn.closing) return
+    if (!conn.busy) return run(conn, req, res)
+    if (conn.waiting.length < limits.http.pipelined) {
+      conn.waiting.push([req, res])
+      return
+    }
+    // More pipelined than any client needs: the running request's answer closes the connection.
+    conn.closing = true
+    conn.waiting.length = 0
+  }
   const server = createServer(
     {
       headersTimeout: limits.http.headers,
@@ -38,23 +96,30 @@ export function createHttpServer({
       // Node checks the two limits above only this often (30 s by default).
       connectionsCheckingInterval: 500,
     },
-    (req, res) => {
-      // handle() answers every outcome itself; this only keeps a fault in writing the answer
-      // from becoming an unhandled rejection, which would end the process.
-      handle(req, res, route, log, metrics, traceContext).catch((err: unknown) => {
-        log.error('failed to answer a request', {
-          error: err instanceof Error ? err.message : String(err),
-        })
-        res.destroy()
-      })
-    },
+    accept,
   )
+  // A connection on which no byte moves either way for this long is closed: above all one whose
+  // client does not read the answers it asked for.
+  server.timeout = limits.http.stalled
+  if (maxConnections !== undefined) server.maxConnections = maxConnections
+  // Expect: 100-continue: the request runs as any other; the body reader sends 100 Continue once
+  // the checks before the body have passed, so a refusal by the headers is the final answer.
+  server.on('checkContinue', accept)
+  // accept() failing (EMFILE: out of file handles) must not end the process; the connection is
+  // lost, the service goes on.
+  let lastAcceptError = 0
+  server.on('error', (err: NodeJS.ErrnoException) => {
+    if (performance.now() - lastAcceptError < 1000) return
+    lastAcceptError = performance.now()
+    log.warn('a connection could not be accepted', { error: err.code ?? err.message })
+  })
   return server
 }
 
 async function handle(
   req: IncomingMessage,
   res: ServerResponse,
+  conn: Connection,
   route: HttpOptions['route'],
   log: Log,
   metrics: NonNullable<HttpOptions['metrics']>,
@@ -65,6 +130,7 @@ async function handle(
   const ctx: RequestContext = {
     requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
     tokenName: undefined,
+    sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
   }
   const method = req.method ?? 'GET'
   const url = req.url ?? '/'
@@ -100,17 +166,22 @@ async function handle(
   if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
   // connection is closed after the response instead.
-  if (!req.complete) headers.connection = 'close'
+  if (!req.complete || conn.closing) headers.connection = 'close'
   res.writeHead(status, headers)
   res.end(body)
+  if (headers.connection === 'close' || !res.shouldKeepAlive) {
+    conn.closing = true
+    conn.waiting.length = 0
+  }
 
   const ms = performance.now() - started
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)
   const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
   log[level]('request', {
     requestId: ctx.requestId,
+    client: req.socket.remoteAddress,
     method,
-    path,
+    path: path.length > loggedPathLength ? `${path.slice(0, loggedPathLength)}…` : path,
     status,
     durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,
@@ -136,6 +207,7 @@ function jsonAnswer(outcome: Reply | Failure): Answer {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
     'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
     ...(outcome.kind === 'failure' ? failureHeaders(outcome) : {}),
   }
   return { status, headers, body }

@@ -29,6 +29,12 @@ export type Outcome = Reply | Content | Failure
 export type RequestContext = {
   readonly requestId: string
   tokenName: string | undefined
+  /**
+   * For a request sent with `Expect: 100-continue`: sends `100 Continue`. The body reader calls
+   * it once every check before the body has passed, so a request refused by its headers gets
+   * the final answer instead. `undefined` for other requests.
+   */
+  readonly sendContinue: (() => void) | undefined
 }
 
 /** A route handler; it throws only for bugs and infrastructure faults. */

@@ -222,13 +222,27 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
     watch(given: MetricSources) {
       sources = given
     },
-    handler: async () => ({
+    handler: shared(async () => ({
       kind: 'content' as const,
       type: registry.contentType,
       body: Buffer.from(clusterWorker ? await metricsOfAllWorkers() : await registry.metrics()),
       cacheControl: 'no-store',
-    }),
+    })),
   })
+}
+
+/**
+ * One collection at a time: callers that come while one runs share its result. A flood of
+ * scrapes costs one collection, not one each.
+ */
+export function shared<T>(collect: () => Promise<T>): () => Promise<T> {
+  let running: Promise<T> | undefined
+  return () => {
+    running ??= collect().finally(() => {
+      running = undefined
+    })
+    return running
+  }
 }
 
 /** The message a worker sends for the metrics of all workers, and the primary's answer. */

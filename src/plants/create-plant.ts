@@ -4,7 +4,7 @@ import type { TokenCache } from '../auth/token-cache.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
 import type { Failure } from '../http/errors.ts'
-import { type Handler, reply } from '../http/types.ts'
+import { type Handler, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
 import { isFailure } from '../outcome.ts'
 import { parseJsonBody } from './parse-json.ts'
@@ -22,10 +22,13 @@ export type CreatePlantDeps = {
 }
 
 /** The content type, size, JSON and NewPlant checks, in the contract's order. */
-async function readNewPlant(req: IncomingMessage): Promise<NewPlant | Failure> {
+async function readNewPlant(
+  req: IncomingMessage,
+  sendContinue: RequestContext['sendContinue'],
+): Promise<NewPlant | Failure> {
   const badHeaders = checkContentHeaders(req.headers)
   if (badHeaders) return badHeaders
-  const body = await readBody(req)
+  const body = await readBody(req, sendContinue)
   if (isFailure(body)) return body
   const parsed = parseJsonBody(body)
   if (isFailure(parsed)) return parsed
@@ -47,7 +50,7 @@ export function createPlantHandler({
     if (isFailure(tokenName)) return tokenName
     ctx.tokenName = tokenName
 
-    const plant = await readNewPlant(req)
+    const plant = await readNewPlant(req, ctx.sendContinue)
     if (isFailure(plant)) {
       createAnswered('invalid')
       return plant
