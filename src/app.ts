@@ -2,6 +2,7 @@ import type { Server } from 'node:http'
 import type { Sql } from 'postgres'
 import type { TokenCache } from './auth/token-cache.ts'
 import { createReadyz, healthz } from './http/health.ts'
+import { createBuckets } from './http/rate-limit.ts'
 import { createRouter } from './http/router.ts'
 import { createHttpServer } from './http/server.ts'
 import { reply } from './http/types.ts'
@@ -27,6 +28,12 @@ export type AppDeps = {
   readonly metricsRoute?: boolean
   /** Open client connections at most; `undefined`: no cap. */
   readonly maxConnections?: number | undefined
+  /** Failed authentications per client address per 10 s (AUTH_FAILURE_LIMIT); none if undefined. */
+  readonly authFailureLimit?: number | undefined
+  /** Requests per token per second (RATE_LIMIT); none if undefined. */
+  readonly rateLimit?: number | undefined
+  /** Proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES). */
+  readonly trustedProxies?: ReadonlySet<string>
 }
 
 /**
@@ -56,6 +63,9 @@ export function createApp({
   traceContext = true,
   metricsRoute = true,
   maxConnections,
+  authFailureLimit,
+  rateLimit,
+  trustedProxies,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({ queue: store.load, tokens: tokens.state })
@@ -68,6 +78,11 @@ export function createApp({
         store,
         databaseDeadlineMs: limits.database.request,
         createAnswered: metrics.createAnswered,
+        authFailures:
+          authFailureLimit === undefined
+            ? undefined
+            : createBuckets(authFailureLimit, limits.authFailures.windowSeconds),
+        tokenRate: rateLimit === undefined ? undefined : createBuckets(rateLimit, 1),
       }),
     },
     { method: 'GET', path: '/healthz', handler: healthz },
@@ -84,5 +99,6 @@ export function createApp({
     metrics,
     traceContext,
     ...(maxConnections === undefined ? {} : { maxConnections }),
+    ...(trustedProxies === undefined ? {} : { trustedProxies }),
   })
 }

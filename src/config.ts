@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs'
+import { isIP } from 'node:net'
 import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
 import { hostUrls } from './db/database-url.ts'
+import { limits } from './limits.ts'
 import { type LogLevel, logLevels } from './log.ts'
 
 /** The settings table: each variable with its default (`undefined`: none); the README explains them. */
@@ -18,6 +20,10 @@ export const settings = {
   TRACE_CONTEXT: { default: 'on' },
   WORKERS: { default: '1' },
   MAX_CONNECTIONS: { default: 'auto' },
+  AUTH_FAILURE_LIMIT: { default: String(limits.authFailures.allowed) },
+  RATE_LIMIT: { default: 'off' },
+  MIGRATE: { default: 'on' },
+  TRUSTED_PROXIES: { default: undefined },
 } as const
 
 const onOff = v.pipe(
@@ -75,6 +81,20 @@ export function connectionsForFileLimit(
   return Math.max(16, Number(soft) - reservedHandles)
 }
 
+/** `off`, or a whole number from 1 to 1,000,000. */
+const countOrOff = v.pipe(
+  v.string(),
+  v.regex(/^(?:off|[1-9][0-9]{0,6})$/, 'must be off or an integer from 1 to 1000000'),
+  v.transform((s) => (s === 'off' ? undefined : Number(s))),
+)
+
+const addressList = v.pipe(
+  v.string(),
+  v.transform((s) => s.split(',').map((a) => a.trim())),
+  v.check((list) => list.every((a) => isIP(a) !== 0), 'must be IP addresses separated by commas'),
+  v.transform((list) => new Set(list)),
+)
+
 const EnvSchema = v.object({
   DATABASE_URL: v.optional(databaseUrl),
   DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
@@ -95,6 +115,10 @@ const EnvSchema = v.object({
   TRACE_CONTEXT: onOff,
   WORKERS: workers,
   MAX_CONNECTIONS: maxConnections,
+  AUTH_FAILURE_LIMIT: countOrOff,
+  RATE_LIMIT: countOrOff,
+  MIGRATE: onOff,
+  TRUSTED_PROXIES: v.optional(addressList),
 })
 
 /** The validated, frozen settings of one process. */
@@ -124,6 +148,20 @@ export type Config = Readonly<{
   workers: number
   /** Open client connections at most (per process); `undefined`: no cap. */
   maxConnections: number | undefined
+  /**
+   * Failed authentications a client address may make per 10 s before it gets 429 (42901);
+   * `undefined`: no limit.
+   */
+  authFailureLimit: number | undefined
+  /** Requests a token may make per second before it gets 429 (42902); `undefined`: no limit. */
+  rateLimit: number | undefined
+  /** Proxies whose X-Forwarded-For names the client. */
+  trustedProxies: ReadonlySet<string>
+  /**
+   * Apply pending migrations at start (on), or only check that none is pending (off: the role
+   * may lack the right to create tables, and the owner migrates with `npm run migrate`).
+   */
+  migrate: boolean
 }>
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
@@ -176,5 +214,9 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     traceContext: out.TRACE_CONTEXT,
     workers: out.WORKERS,
     maxConnections: out.MAX_CONNECTIONS,
+    authFailureLimit: out.AUTH_FAILURE_LIMIT,
+    rateLimit: out.RATE_LIMIT,
+    trustedProxies: out.TRUSTED_PROXIES ?? new Set<string>(),
+    migrate: out.MIGRATE,
   })
 }

@@ -35,6 +35,8 @@ export const limits = {
     /** Most creates waiting; beyond it a create is refused at once as unavailable (503). */
     maxQueued: 10_000,
   },
+  /** Failed authentications a client address may make per window before it gets 429 (42901). */
+  authFailures: { allowed: 100, windowSeconds: 10 },
   /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
   retryAfterSeconds: 1,
   /** Requests in flight at SIGTERM may finish for this long, in milliseconds. */

@@ -95,6 +95,9 @@ export async function startService(
       traceContext: config.traceContext,
       metricsRoute: !ownMetricsPort,
       maxConnections: config.maxConnections,
+      authFailureLimit: config.authFailureLimit,
+      rateLimit: config.rateLimit,
+      trustedProxies: config.trustedProxies,
     })
     const url = await listen(server, config.port, config.host)
     const { port } = server.address() as AddressInfo

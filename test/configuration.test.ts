@@ -22,6 +22,10 @@ describe('configuration', () => {
         maxConnections: connectionsForFileLimit(),
         metricsPort: undefined,
         metricsHost: '127.0.0.1',
+        authFailureLimit: 100,
+        rateLimit: undefined,
+        trustedProxies: new Set(),
+        migrate: true,
       },
     )
   })
@@ -67,6 +71,10 @@ describe('configuration', () => {
       WORKERS: '3',
       MAX_CONNECTIONS: '500',
       METRICS_PORT: '9464',
+      AUTH_FAILURE_LIMIT: 'off',
+      RATE_LIMIT: '50',
+      TRUSTED_PROXIES: '10.0.0.1, ::1',
+      MIGRATE: 'off',
     })
     assert.deepEqual(
       { ...config },
@@ -83,6 +91,10 @@ describe('configuration', () => {
         maxConnections: 500,
         metricsPort: 9464,
         metricsHost: '127.0.0.1',
+        authFailureLimit: undefined,
+        rateLimit: 50,
+        trustedProxies: new Set(['10.0.0.1', '::1']),
+        migrate: false,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -110,6 +122,10 @@ describe('configuration', () => {
     ['METRICS_PORT', '65536'],
     ['METRICS_PORT', '8080'],
     ['METRICS_HOST', 'two words'],
+    ['AUTH_FAILURE_LIMIT', 'lots'],
+    ['RATE_LIMIT', '0'],
+    ['TRUSTED_PROXIES', 'proxy.local'],
+    ['MIGRATE', 'maybe'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

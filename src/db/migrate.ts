@@ -2,6 +2,7 @@ import { readdirSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
+import postgres from 'postgres'
 import type { Log } from '../log.ts'
 
 /** The folder of the plain-SQL migrations. */
@@ -16,6 +17,26 @@ export function migrationNames(): string[] {
     .filter((f) => f.endsWith('.sql'))
     .map((f) => f.slice(0, -'.sql'.length))
     .sort()
+}
+
+/**
+ * The migrations this code expects that the database has not applied, oldest first: all of them
+ * when it has no migrations table. Reads only, so a role that may not create tables can ask.
+ */
+export async function pendingMigrations(databaseUrl: string): Promise<string[]> {
+  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connect_timeout: 3 })
+  try {
+    const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
+      (err: { code?: unknown }) => {
+        if (err.code === '42P01') return []
+        throw err
+      },
+    )
+    const applied = new Set(rows.map((r) => r.name))
+    return migrationNames().filter((name) => !applied.has(name))
+  } finally {
+    await sql.end({ timeout: 1 })
+  }
 }
 
 /**

@@ -4,7 +4,7 @@ import type { Config } from '../config.ts'
 import type { Log } from '../log.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
-import { migrate } from './migrate.ts'
+import { migrate, pendingMigrations } from './migrate.ts'
 
 /** The project folder's `.data/`, home of the embedded database and the dev token. */
 export const defaultDataDir = fileURLToPath(new URL('../../.data/', import.meta.url))
@@ -42,7 +42,16 @@ export async function prepareDatabase(
   const db = await openDatabase(config, log, { dataDir })
   // Migrations take a session-level advisory lock: never through a transaction pooler.
   try {
-    await migrate(await writableSessionUrl(config, db), log)
+    const url = await writableSessionUrl(config, db)
+    if (config.migrate) await migrate(url, log)
+    else {
+      // MIGRATE=off: a role that may not create tables; the owner migrates beforehand.
+      const pending = await pendingMigrations(url)
+      if (pending.length > 0)
+        throw new Error(
+          `the schema is not current (MIGRATE=off): ${pending.length} migration(s) pending, ${pending.join(', ')}; run npm run migrate as the tables' owner`,
+        )
+    }
   } catch (err) {
     await db
       .stop()

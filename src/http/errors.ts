@@ -20,6 +20,8 @@ export const errorTable = {
   40102: { status: 401, when: 'Unknown or revoked token' },
   40401: { status: 404, when: 'No such path' },
   40501: { status: 405, when: 'The path exists, the method does not' },
+  42901: { status: 429, when: 'Too many failed authentications from this client address' },
+  42902: { status: 429, when: 'This token sent more requests than its rate limit allows' },
   50001: { status: 500, when: 'Unexpected fault (logged with the request id)' },
   50301: { status: 503, when: 'The database is unreachable or timed out' },
 } as const
@@ -27,10 +29,19 @@ export const errorTable = {
 /** One code of the error table. */
 export type ErrorCode = keyof typeof errorTable
 
-/** An expected failure of a request: a refusal with a code of the table, and `Allow` for 405. */
+/**
+ * An expected failure of a request: a refusal with a code of the table, `Allow` for 405, and the
+ * seconds to wait for 429.
+ */
 export type Failure = Refusal & {
   readonly code: ErrorCode
   readonly allow?: readonly string[]
+  readonly retryAfter?: number
+}
+
+/** A 429: the client may try again after `seconds`. */
+export function tooMany(code: 42901 | 42902, message: string, seconds: number): Failure {
+  return { kind: 'failure', code, message, retryAfter: Math.max(1, seconds) }
 }
 
 /** Builds a failure outcome. */
@@ -51,6 +62,9 @@ export function failureHeaders(f: Failure): Record<string, string> {
       return { 'www-authenticate': 'Bearer realm="plants", error="invalid_token"' }
     case 40501:
       return { allow: (f.allow ?? []).join(', ') }
+    case 42901:
+    case 42902:
+      return { 'retry-after': String(f.retryAfter ?? 1) }
     case 50301:
       return { 'retry-after': String(limits.retryAfterSeconds) }
     default:

@@ -5,6 +5,7 @@ import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import { errorTable, type Failure, failure, failureHeaders } from './errors.ts'
+import { clientAddress } from './rate-limit.ts'
 import { traceOf } from './trace-context.ts'
 import type { Content, Handler, Outcome, Reply, RequestContext } from './types.ts'
 
@@ -20,6 +21,8 @@ export type HttpOptions = {
   readonly traceContext?: boolean
   /** Open connections at most; more are closed as soon as they are accepted. */
   readonly maxConnections?: number
+  /** Proxies whose `X-Forwarded-For` names the client (TRUSTED_PROXIES). */
+  readonly trustedProxies?: ReadonlySet<string>
 }
 
 /**
@@ -51,6 +54,7 @@ export function createHttpServer({
   metrics = noMetrics,
   traceContext = true,
   maxConnections,
+  trustedProxies = new Set(),
 }: HttpOptions): Server {
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
@@ -63,12 +67,14 @@ export function createHttpServer({
     })
     // handle() answers every outcome itself; this only keeps a fault in writing the answer
     // from becoming an unhandled rejection, which would end the process.
-    handle(req, res, conn, route, log, metrics, traceContext).catch((err: unknown) => {
-      log.error('failed to answer a request', {
-        error: err instanceof Error ? err.message : String(err),
-      })
-      res.destroy()
-    })
+    handle(req, res, conn, route, log, metrics, traceContext, trustedProxies).catch(
+      (err: unknown) => {
+        log.error('failed to answer a request', {
+          error: err instanceof Error ? err.message : String(err),
+        })
+        res.destroy()
+      },
+    )
   }
   const accept = (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket as typeof req.socket & Tracked
@@ -124,6 +130,7 @@ async function handle(
   log: Log,
   metrics: NonNullable<HttpOptions['metrics']>,
   traceContext: boolean,
+  trustedProxies: ReadonlySet<string>,
 ): Promise<void> {
   const started = performance.now()
   const given = req.headers['x-request-id']
@@ -131,6 +138,11 @@ async function handle(
     requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
     tokenName: undefined,
     sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
+    client:
+      trustedProxies.size === 0
+        ? req.socket.remoteAddress
+        : clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+    responseHeaders: undefined,
   }
   const method = req.method ?? 'GET'
   const url = req.url ?? '/'
@@ -162,6 +174,7 @@ async function handle(
 
   const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
   const { status, headers, body } = answer
+  if (ctx.responseHeaders) Object.assign(headers, ctx.responseHeaders)
   headers['x-request-id'] = ctx.requestId
   if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
@@ -179,7 +192,7 @@ async function handle(
   const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
   log[level]('request', {
     requestId: ctx.requestId,
-    client: req.socket.remoteAddress,
+    client: ctx.client,
     method,
     path: path.length > loggedPathLength ? `${path.slice(0, loggedPathLength)}…` : path,
     status,

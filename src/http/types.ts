@@ -35,6 +35,10 @@ export type RequestContext = {
    * the final answer instead. `undefined` for other requests.
    */
   readonly sendContinue: (() => void) | undefined
+  /** The client's address (behind a trusted proxy, the one it forwarded). */
+  readonly client: string | undefined
+  /** Headers a handler adds to its answer, such as RateLimit. */
+  responseHeaders: Record<string, string> | undefined
 }
 
 /** A route handler; it throws only for bugs and infrastructure faults. */

@@ -146,7 +146,26 @@ function errorResponses() {
       schema: { type: 'integer' },
     },
   })
-  return { badRequest, unauthorised, unavailable }
+  const tooManyRequests = errorResponse(
+    429,
+    `Slow down. 42901: this client address made more than the allowed failed authentications (by default ${limits.authFailures.allowed} per ${limits.authFailures.windowSeconds} s; \`AUTH_FAILURE_LIMIT\`); a valid token is never refused for it. 42902: this token made more requests than its rate limit (\`RATE_LIMIT\` per second; off by default). Limits are kept per instance (with \`WORKERS\`, per worker).`,
+    {
+      'Retry-After': {
+        description: 'Seconds to wait before trying again',
+        schema: { type: 'integer' },
+      },
+      RateLimit: {
+        description:
+          'With a token rate limit, on every answer to the token (draft-ietf-httpapi-ratelimit-headers): `"token";r=<remaining>;t=<seconds until full>`',
+        schema: { type: 'string' },
+      },
+      'RateLimit-Policy': {
+        description: 'With a token rate limit: `"token";q=<requests>;w=1`',
+        schema: { type: 'string' },
+      },
+    },
+  )
+  return { badRequest, unauthorised, tooManyRequests, unavailable }
 }
 
 /** The document's introduction: what every path shares, and the table of error codes. */
@@ -195,7 +214,12 @@ const tags = [
 ]
 
 /** `POST /plants`. */
-function createPlantOperation({ badRequest, unauthorised, unavailable }: ErrorResponses) {
+function createPlantOperation({
+  badRequest,
+  unauthorised,
+  tooManyRequests,
+  unavailable,
+}: ErrorResponses) {
   return {
     operationId: 'createPlant',
     tags: ['plants'],
@@ -228,6 +252,7 @@ function createPlantOperation({ badRequest, unauthorised, unavailable }: ErrorRe
       ),
       '400': badRequest,
       '401': unauthorised,
+      '429': tooManyRequests,
       '500': errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
       '503': unavailable,
     },

@@ -3,7 +3,8 @@ import { authenticate } from '../auth/authenticate.ts'
 import type { TokenCache } from '../auth/token-cache.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
-import type { Failure } from '../http/errors.ts'
+import { type Failure, tooMany } from '../http/errors.ts'
+import type { Buckets } from '../http/rate-limit.ts'
 import { type Handler, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
 import { isFailure } from '../outcome.ts'
@@ -19,6 +20,10 @@ export type CreatePlantDeps = {
   readonly databaseDeadlineMs: number
   /** Hears how each create with valid credentials ended (for the metrics). */
   readonly createAnswered?: (outcome: CreateOutcomeLabel) => void
+  /** Failed authentications allowed per client address; none counted when undefined. */
+  readonly authFailures?: Buckets | undefined
+  /** Requests allowed per token (RATE_LIMIT); no limit when undefined. */
+  readonly tokenRate?: Buckets | undefined
 }
 
 /** The content type, size, JSON and NewPlant checks, in the contract's order. */
@@ -36,6 +41,17 @@ async function readNewPlant(
 }
 
 /**
+ * The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers): the token's policy (quota
+ * `q` per window `w` seconds) and what remains of it (`r`, full again in `t` seconds).
+ */
+function rateLimitHeaders(rate: Buckets, tokenName: string): Record<string, string> {
+  return {
+    'ratelimit-policy': `"token";q=${rate.capacity};w=${rate.windowSeconds}`,
+    ratelimit: `"token";r=${rate.remaining(tokenName)};t=${rate.resetIn(tokenName)}`,
+  }
+}
+
+/**
  * `POST /plants`, checked in the contract's order: credentials, content type, size, JSON,
  * NewPlant, store. Nothing of the body is read before the credentials are valid.
  */
@@ -44,11 +60,30 @@ export function createPlantHandler({
   store,
   databaseDeadlineMs,
   createAnswered = () => {},
+  authFailures,
+  tokenRate,
 }: CreatePlantDeps): Handler {
   return async (req, ctx) => {
     const tokenName = authenticate(req, tokens)
-    if (isFailure(tokenName)) return tokenName
+    if (isFailure(tokenName)) {
+      // Only failures count: a valid token is never refused for someone else's.
+      const client = ctx.client ?? ''
+      if (authFailures === undefined || authFailures.take(client)) return tokenName
+      return tooMany(
+        42901,
+        `too many failed authentications from this address; try again in ${authFailures.retryAfter(client)} s`,
+        authFailures.retryAfter(client),
+      )
+    }
     ctx.tokenName = tokenName
+    if (tokenRate !== undefined) {
+      const allowed = tokenRate.take(tokenName)
+      ctx.responseHeaders = rateLimitHeaders(tokenRate, tokenName)
+      if (!allowed) {
+        const wait = tokenRate.retryAfter(tokenName)
+        return tooMany(42902, `this token's rate limit is reached; try again in ${wait} s`, wait)
+      }
+    }
 
     const plant = await readNewPlant(req, ctx.sendContinue)
     if (isFailure(plant)) {
