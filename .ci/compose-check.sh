@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: POSTGRES_IMAGE=… NODE_IMAGE=… .ci/compose-check.sh
 # Builds the Dockerfile and brings compose.yaml up for real, as a user would, then checks: /readyz
-# answers 200 within 60 s; a token made with `compose run` gives a 200 create, a retry, a 40009
+# answers 200 within 60 s; the service connects as plants_app, which may not update, delete or
+# create; a token made with `compose run` gives a 200 create, a retry, a 40009
 # and a 401; `docker stop` ends the service within 10 s with exit status 0 and its "stopped" log
 # line; the plant and the token survive `down` and `up`. Everything it started is removed at the
 # end, the data volume included. Needs a running engine (.ci/engine.sh start).
@@ -51,9 +52,18 @@ compose up -d --no-build 2>&1 | sed 's/^/  /'
 ms=$(ready_within 60000) || fail "/readyz did not answer 200 within 60 s"
 say "/readyz answered 200 $ms ms after up"
 
-token=$(compose run --rm -T app npm run -s token -- create ci) || fail "token create failed"
+# Tokens are made as the tables' owner: the setup service's settings.
+token=$(compose run --rm -T setup npm run -s token -- create ci) || fail "token create failed"
 [[ "$token" == pst_* ]] || fail "compose run printed no token: $token"
 say "made a token with compose run"
+# The service connects as plants_app, which may not change or drop anything.
+compose exec -T db psql -U plants -d plants -tAc \
+  "select has_table_privilege('plants_app', 'plants', 'UPDATE') or has_table_privilege('plants_app', 'plants', 'DELETE') or has_database_privilege('plants_app', 'plants', 'CREATE')" |
+  grep -qx f || fail "plants_app may change, delete or create"
+compose exec -T db psql -U plants -d plants -tAc \
+  "select count(*) from pg_stat_activity where usename = 'plants_app' and application_name = 'plant-store'" |
+  grep -qvx 0 || fail "the service does not connect as plants_app"
+say "the service connects as plants_app, which may not update, delete or create"
 plant='{"id":9007199254740993,"name":"Compose fern","tag":"ci"}'
 expect 200 "$plant" "$token" '"name":"Compose fern"'
 expect 200 "$plant"

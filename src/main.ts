@@ -1,4 +1,5 @@
 import process from 'node:process'
+import { grantCommand } from './cli/grant.ts'
 import { migrateCommand } from './cli/migrate.ts'
 import { openapiCommand } from './cli/openapi.ts'
 import { serve } from './cli/serve.ts'
@@ -7,7 +8,7 @@ import { type Config, ConfigError, parseConfig } from './config.ts'
 import { createLog } from './log.ts'
 
 const usage =
-  'usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME | openapi [FILE]'
+  'usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME | grant ROLE | openapi [FILE]'
 
 // The entry point: the only place that reads the environment and handles signals.
 async function main(argv: readonly string[]): Promise<number> {
@@ -32,6 +33,8 @@ async function main(argv: readonly string[]): Promise<number> {
   )
   if (command === 'migrate') return migrateCommand(config, log, args)
   if (command === 'token') return tokenCommand(config, log, args)
+  if (command === 'grant')
+    return grantCommand(config, log, args, process.env.APP_ROLE_PASSWORD || undefined)
   process.stderr.write(`${usage}\n`)
   return 1
 }

@@ -14,6 +14,7 @@ type Service = {
   volumes?: string[]
   depends_on?: Record<string, { condition: string }>
   healthcheck?: { test: string[] }
+  command?: string[]
   stop_signal?: string
   stop_grace_period?: string
 }
@@ -24,6 +25,7 @@ const compose = parse(readFileSync(join(projectDir, 'compose.yaml'), 'utf8')) as
 const dockerfile = readFileSync(join(projectDir, 'Dockerfile'), 'utf8')
 const app = compose.services.app as Service
 const db = compose.services.db as Service
+const setup = compose.services.setup as Service
 
 // Compose substitutes ${VAR:-default}; the defaults are what a plain `docker compose up` uses.
 const substitute = (s: string) => s.replace(/\$\{(\w+):-([^}]*)\}/g, (_, __, d: string) => d)
@@ -37,8 +39,11 @@ describe('compose.yaml and the Dockerfile', () => {
     assert.match(db.healthcheck?.test.join(' ') ?? '', /pg_isready/)
   })
 
-  test('the service starts only after PostgreSQL is healthy, and its own health check is /readyz', () => {
-    assert.deepEqual(app.depends_on, { db: { condition: 'service_healthy' } })
+  test('the service starts only after PostgreSQL is healthy and setup has migrated, and its own health check is /readyz', () => {
+    assert.deepEqual(app.depends_on, {
+      db: { condition: 'service_healthy' },
+      setup: { condition: 'service_completed_successfully' },
+    })
     assert.match(app.healthcheck?.test.join(' ') ?? '', /\/readyz/)
   })
 
@@ -49,11 +54,32 @@ describe('compose.yaml and the Dockerfile', () => {
     const config = parseConfig(env)
     assert.equal(config.host, '0.0.0.0')
     assert.equal(new URL(config.databaseUrl ?? '').hostname, 'db')
-    const password = substitute(db.environment.POSTGRES_PASSWORD ?? '')
-    assert.equal(decodeURIComponent(new URL(config.databaseUrl ?? '').password), password)
     assert.equal(new URL(config.databaseUrl ?? '').pathname, `/${db.environment.POSTGRES_DB}`)
     assert.deepEqual(app.ports, [`${config.port}:${config.port}`])
     assert.match(app.healthcheck?.test.join(' ') ?? '', new RegExp(`:${config.port}/readyz`))
+  })
+
+  test('setup migrates and makes plants_app as the owner; the service connects as plants_app with MIGRATE=off', () => {
+    const env = (service: Service) =>
+      Object.fromEntries(
+        Object.entries(service.environment).map(([k, v]) => [k, substitute(String(v))]),
+      )
+    const owner = new URL(parseConfig(env(setup)).databaseUrl ?? '')
+    assert.equal(decodeURIComponent(owner.username), db.environment.POSTGRES_USER)
+    assert.deepEqual(setup.command, [
+      'node',
+      '--import',
+      'tsx',
+      'src/main.ts',
+      'grant',
+      'plants_app',
+    ])
+    const config = parseConfig(env(app))
+    const service = new URL(config.databaseUrl ?? '')
+    assert.equal(service.username, 'plants_app')
+    assert.equal(decodeURIComponent(service.password), env(setup).APP_ROLE_PASSWORD)
+    assert.equal(config.migrate, false)
+    assert.equal(setup.image, app.image)
   })
 
   test('the metrics have a port of their own that compose never publishes', () => {

@@ -100,4 +100,38 @@ describe('least privilege: the service as a role that may only insert and read',
     )
     assert.ok(!stdout.includes(password))
   })
+
+  test('npm run grant makes such a role (again and again), and the service runs as it', async () => {
+    const made = `plant_made_${randomBytes(4).toString('hex')}`
+    const secret = randomBytes(12).toString('hex')
+    for (let run = 0; run < 2; run++) {
+      const { code, stderr } = await runMain(['grant', made], {
+        DATABASE_URL: db.url,
+        APP_ROLE_PASSWORD: secret,
+      })
+      assert.equal(code, 0, stderr)
+      assert.ok(!stderr.includes(secret))
+    }
+    const url = new URL(db.url)
+    url.username = made
+    url.password = secret
+    const s = await startTestServer(
+      { after },
+      { db: { url: url.toString(), sql: db.sql }, env: { MIGRATE: 'off' } },
+    )
+    assert.equal((await s.post({ id: uniqueId(), name: 'granted' })).status, 200)
+    const app = postgres(url.toString(), { max: 1, onnotice: () => {} })
+    try {
+      await assert.rejects(
+        app.unsafe('delete from plants'),
+        (err: { code?: string }) => err.code === '42501',
+      )
+    } finally {
+      await app.end()
+      await s.close()
+      // Its grants first (in this database and on it), then the role.
+      await db.sql.unsafe(`drop owned by ${made}`)
+      await db.sql.unsafe(`drop role ${made}`)
+    }
+  })
 })

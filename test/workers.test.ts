@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { request } from 'node:http'
+import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
@@ -165,5 +166,43 @@ describe('WORKERS=2', () => {
     const [row] = await db.sql<{ n: number }[]>`
       select count(*)::int as n from plants where id = any(${ids.map(String)}::int8[])`
     assert.equal(row?.n, 20)
+  })
+
+  test('four unread connections flooding /metrics: the primary aggregates for all at once, /healthz and creates answer, no 500', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const token = await tokenFor(db.sql, service.base, `flood-${uniqueId()}`)
+    const { hostname, port } = new URL(service.base)
+    const sockets = await Promise.all(
+      Array.from(
+        { length: 4 },
+        () =>
+          new Promise<Socket>((resolve, reject) => {
+            const socket = connect(Number(port), hostname, () => resolve(socket))
+            socket.once('error', reject)
+          }),
+      ),
+    )
+    after(() => {
+      for (const socket of sockets) socket.destroy()
+    })
+    for (const socket of sockets) {
+      socket.on('error', () => {})
+      socket.pause()
+      socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(2000))
+    }
+    const started = performance.now()
+    const health = await fetch(`${service.base}/healthz`)
+    assert.equal(health.status, 200)
+    await health.arrayBuffer()
+    assert.equal((await post(service, token, uniqueId())).status, 200)
+    const took = performance.now() - started
+    assert.ok(took < 3000, `took ${took} ms`)
+    for (const socket of sockets) socket.resume()
+    await new Promise((r) => setTimeout(r, 500))
+    assert.deepEqual(
+      service.lines.filter((l) => typeof l.status === 'number' && l.status >= 500),
+      [],
+    )
   })
 })

@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto'
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import {
+  createServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+  STATUS_CODES,
+} from 'node:http'
+import type { Duplex } from 'node:stream'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
@@ -111,6 +118,28 @@ export function createHttpServer({
   // Expect: 100-continue: the request runs as any other; the body reader sends 100 Continue once
   // the checks before the body have passed, so a refusal by the headers is the final answer.
   server.on('checkContinue', accept)
+  // What Node's parser refuses (bad framing: 400; headers too large: 431; too slow: 408) never
+  // reaches the routes. Node's own answer carries no headers; this one carries the same as every
+  // other answer: X-Request-Id and nosniff. The connection closes after it.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const busy = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage
+    if (err.code === 'ECONNRESET' || !socket.writable || busy?.headersSent) {
+      socket.destroy()
+      return
+    }
+    const status =
+      err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+    const requestId = randomUUID()
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\nX-Content-Type-Options: nosniff\r\nX-Request-Id: ${requestId}\r\n\r\n`,
+    )
+    log.info('request', {
+      requestId,
+      client: (socket as Duplex & { remoteAddress?: string }).remoteAddress,
+      status,
+      parserError: err.code,
+    })
+  })
   // accept() failing (EMFILE: out of file handles) must not end the process; the connection is
   // lost, the service goes on.
   let lastAcceptError = 0

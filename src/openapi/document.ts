@@ -182,7 +182,7 @@ function info() {
       '',
       'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
       '',
-      `Time limits: request headers ${limits.http.headers / 1000} s, whole request ${limits.http.request / 1000} s, idle keep-alive ${limits.http.keepAlive / 1000} s. Requests cut off by these limits get a bare \`408\` and the connection closes. A connection on which no byte moves either way for ${limits.http.stalled / 1000} s (an answer the client does not read) is closed.`,
+      `Time limits: request headers ${limits.http.headers / 1000} s, whole request ${limits.http.request / 1000} s, idle keep-alive ${limits.http.keepAlive / 1000} s. Requests cut off by these limits get \`408\` with no body (and, like a request whose framing the parser refuses with \`400\`, an \`X-Request-Id\`), and the connection closes. A connection on which no byte moves either way for ${limits.http.stalled / 1000} s (an answer the client does not read) is closed.`,
       '',
       `Connections: the requests of one connection run one at a time, in order; up to ${limits.http.pipelined} pipelined requests wait behind the running one, and one more makes its answer close the connection. Requests pipelined behind an answer that closes the connection are never run (RFC 9112 §9.6): send them again on a new connection. \`Expect: 100-continue\` gets \`100 Continue\` only when the path, method, credentials, content type and declared size allow the request to go on; otherwise the final answer. The service holds a limited number of open connections (\`MAX_CONNECTIONS\`); beyond it a new connection is closed at once.`,
       '',

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { parseJsonBody } from '../../src/plants/parse-json.ts'
-import { openSocket, readUntilClosed } from '../helpers/raw-http.ts'
+import { openSocket, rawRequest, readUntilClosed } from '../helpers/raw-http.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { within } from '../helpers/wait.ts'
 
@@ -210,6 +210,14 @@ describe('abuse: every connection, client and request bounded', () => {
       await res.arrayBuffer()
       assert.equal(res.headers.get('x-content-type-options'), 'nosniff', `${res.url} ${res.status}`)
     }
+    // What Node's parser refuses never reaches the routes; its answer carries them too.
+    const refused = await rawRequest(
+      s.base,
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n',
+    )
+    assert.equal(refused.status, 400)
+    assert.equal(refused.headers['x-content-type-options'], 'nosniff')
+    assert.match(refused.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
   })
 
   test('each request log line names the client address and keeps at most 256 characters of the path', async () => {

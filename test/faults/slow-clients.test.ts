@@ -15,6 +15,8 @@ describe('slow and greedy clients', { concurrency: true }, () => {
     const res = await closed
     clearInterval(drip)
     assert.ok(res.elapsedMs >= 9_500 && res.elapsedMs < 12_500, `cut after ${res.elapsedMs} ms`)
+    assert.equal(res.status, 408)
+    assert.match(res.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
   })
 
   test('a whole request that takes over 30 s is cut off', async () => {
