@@ -6,6 +6,7 @@ import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
+import { warnAboutServerSettings } from './db/server-settings.ts'
 import { createSql, leaveReadOnlyServer } from './db/sql.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
@@ -77,6 +78,8 @@ export async function startService(
       : sql
     if (listenSql !== sql) cleanups.push(() => listenSql.end({ timeout: 5 }))
     if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
+    // The embedded database gets these settings itself; a DBA's is only told.
+    if (!db.owned && role === 'single') await warnAboutServerSettings(sql, log)
     if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()

