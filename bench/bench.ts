@@ -13,6 +13,8 @@ export type BenchOptions = {
   readonly soakConnections: number
   readonly levels: readonly number[]
   readonly havePgbench: boolean
+  /** Ids at random over the int64 range (`--ids random`) instead of counting up. */
+  readonly randomIds: boolean
 }
 
 /** One measured wrk run after a warm-up, with the CPU the target spent per request. */
@@ -35,9 +37,24 @@ export const f = (n: number, w: number, d = 0) => n.toFixed(d).padStart(w)
 export function createBench(options: BenchOptions, url: string, sql: Sql, token: string) {
   let nextId = 1n
 
-  /** One wrk run of `seconds` on fresh ids (`POST /plants`, or the bare server's POST). */
-  async function load(target: { base: string }, connections: number, seconds: number) {
-    const r = await runWrk({ url: target.base, token, connections, seconds, firstId: nextId })
+  /**
+   * One wrk run of `seconds` on fresh ids (`POST /plants`, or the bare server's POST): counting
+   * up, or at random over the int64 range (`--ids random`, and always in the growth part).
+   */
+  async function load(
+    target: { base: string },
+    connections: number,
+    seconds: number,
+    { randomIds = options.randomIds } = {},
+  ) {
+    const r = await runWrk({
+      url: target.base,
+      token,
+      connections,
+      seconds,
+      firstId: nextId,
+      randomIds,
+    })
     const first = nextId
     nextId = idsAfter(nextId, r, connections)
     return { ...r, first, next: nextId }
@@ -51,9 +68,12 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     const r = await load(target, connections, options.seconds)
     const cpuUs = ((cpuSeconds(pid) - cpuBefore) * 1e6) / r.requests
     // Every 200 is a row: at least as many rows as answers (wrk may stop with requests unread).
-    const [row] = await sql<{ n: number }[]>`
-      select count(*)::int as n from plants
-      where id >= ${String(r.first)}::int8 and id < ${String(r.next)}::int8`
+    // At random ids the phases start from an empty table, so all of it counts.
+    const [row] = options.randomIds
+      ? await sql<{ n: number }[]>`select count(*)::int as n from plants`
+      : await sql<{ n: number }[]>`
+          select count(*)::int as n from plants
+          where id >= ${String(r.first)}::int8 and id < ${String(r.next)}::int8`
     const rowsOk = target.name === 'HTTP ceiling' || (row?.n ?? 0) >= r.requests - r.errors
     const { first: _first, next: _next, ...result } = r
     return { ...result, cpuUs, rowsOk }

@@ -1,9 +1,12 @@
 -- wrk script: POST /plants with a unique id per request.
--- Environment: BENCH_TOKEN (a valid token), BENCH_FIRST_ID (the first id of this run).
--- Thread k (of at most 16) takes ids first + k + 16 n, so no two requests share an id.
+-- Environment: BENCH_TOKEN (a valid token), BENCH_FIRST_ID (the first id of this run),
+-- BENCH_RANDOM=1 for ids at random over the int64 range instead.
+-- Thread k (of at most 16) takes ids first + k + 16 n, so no two requests share an id. At random,
+-- an id is a sign and 18 random digits: two of them meet once in about 10^18 requests.
 local token = os.getenv("BENCH_TOKEN")
 local first = tonumber(os.getenv("BENCH_FIRST_ID") or "1")
 local counter = 0
+local random = os.getenv("BENCH_RANDOM") == "1"
 
 function setup(thread)
   thread:set("index", counter)
@@ -12,6 +15,16 @@ end
 
 function init(args)
   n = 0
+  math.randomseed(os.time() * 1000 + index * 7919)
+end
+
+-- A sign and 18 digits, the first not zero: inside the int64 range, spread over all of it.
+local function random_id()
+  local digits = { tostring(math.random(1, 9)) }
+  for i = 2, 18, 3 do
+    digits[#digits + 1] = string.format("%03d", math.random(0, 999))
+  end
+  return (math.random(0, 1) == 0 and "-" or "") .. table.concat(digits):sub(1, 18)
 end
 
 local headers = {
@@ -20,10 +33,15 @@ local headers = {
 }
 
 function request()
-  local id = first + index + n * 16
+  local id
+  if random then
+    id = random_id()
+  else
+    id = string.format("%d", first + index + n * 16)
+  end
   n = n + 1
   return wrk.format("POST", "/plants", headers,
-    '{"id":' .. string.format("%d", id) .. ',"name":"bench plant","tag":"bench"}')
+    '{"id":' .. id .. ',"name":"bench plant","tag":"bench"}')
 end
 
 function done(summary, latency, requests)

@@ -1,6 +1,7 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
-//                  --only ceilings,levels,observability,pgbouncer,flat[,baseline]
-//                  --baseline DIR]
+//                  --only ceilings,levels,observability,pgbouncer,flat[,baseline][,growth]
+//                  --baseline DIR --ids sequential|random --rows 40000000
+//                  --embedded-settings growth|default]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
 // wrk as the load generator (2 threads, keep-alive, one request in flight per connection):
 // - ceilings: at 64 connections, interleaved rounds of pgbench single-row inserts (the
@@ -12,6 +13,10 @@
 //   through PgBouncer or not);
 // - baseline (with --baseline DIR): this checkout's service against another checkout's;
 // - flat: a 60 s run in 10 s slices, last against first;
+// - growth (not in the default set: it fills a table of --rows random ids, 40 million by
+//   default): the service and pgbench on an empty table and on the full one, ids at random, a
+//   checkpoint before each run, with WAL bytes per row; --embedded-settings default runs the
+//   embedded PostgreSQL with PostgreSQL's own settings instead of those for a growing table;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -33,6 +38,7 @@ import { renderBatchChart, renderChart } from './chart.ts'
 import { pgbenchPath, pgbenchVersion } from './pgbench.ts'
 import { ceilingsPhase } from './phases/ceilings.ts'
 import { flatPhase } from './phases/flat.ts'
+import { growthPhase } from './phases/growth.ts'
 import { levelsPhase } from './phases/levels.ts'
 import { baselinePhase, observabilityPhase, pgbouncerPhase } from './phases/pairs.ts'
 import { soakPhase } from './phases/soak.ts'
@@ -51,6 +57,9 @@ const { values: args } = parseArgs({
     only: { type: 'string', default: 'ceilings,levels,observability,pgbouncer,flat' },
     node24: { type: 'string', default: '24.21.0' },
     baseline: { type: 'string' },
+    ids: { type: 'string', default: 'sequential' },
+    rows: { type: 'string', default: '40000000' },
+    'embedded-settings': { type: 'string', default: 'growth' },
   },
 })
 const parts = new Set(args.only.split(','))
@@ -64,6 +73,7 @@ const options: BenchOptions = {
   soakConnections: Number(args['soak-connections']),
   levels: args.levels.split(',').map(Number),
   havePgbench: pgbenchPath() !== undefined,
+  randomIds: args.ids === 'random',
 }
 const log = createLog('warn', (l) => process.stderr.write(l))
 
@@ -84,15 +94,17 @@ async function openDatabase(): Promise<{ url: string; kind: string; stop: () => 
   if (given) return { url: given, kind: 'DATABASE_URL', stop: async () => {} }
   const dir = await mkdtemp(join(tmpdir(), 'plant-store-bench-'))
   await chmod(dir, 0o755)
+  const growth = args['embedded-settings'] !== 'default'
   const db = await startEmbedded({
     dir,
     log,
     shareRunning: false,
     settings: { max_connections: '600' },
+    growth,
   })
   return {
     url: db.url,
-    kind: 'embedded PostgreSQL 18 (fsync on)',
+    kind: `embedded PostgreSQL 18 (fsync on, ${growth ? 'settings for a growing table' : "PostgreSQL's default settings"})`,
     stop: async () => {
       await db.stop()
       await rm(dir, { recursive: true, force: true })
@@ -156,6 +168,7 @@ if (service) {
 }
 
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
+if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))
 
 const outDir = join(root, 'bench-results')
 await mkdir(outDir, { recursive: true })

@@ -32,6 +32,8 @@ export async function runWrk(o: {
   connections: number
   seconds: number
   firstId: bigint
+  /** Ids at random over the int64 range instead of counting up from `firstId`. */
+  randomIds?: boolean
 }): Promise<WrkResult> {
   const args = [
     '-t',
@@ -47,7 +49,12 @@ export async function runWrk(o: {
     o.url,
   ]
   const child = spawn('wrk', args, {
-    env: { ...process.env, BENCH_TOKEN: o.token, BENCH_FIRST_ID: String(o.firstId) },
+    env: {
+      ...process.env,
+      BENCH_TOKEN: o.token,
+      BENCH_FIRST_ID: String(o.firstId),
+      BENCH_RANDOM: o.randomIds ? '1' : '0',
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   let out = ''
