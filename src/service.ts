@@ -95,25 +95,20 @@ export async function startService(
       tokens,
       log,
       metrics,
-      traceContext: config.traceContext,
+      settings: config,
       metricsRoute: !ownMetricsPort,
-      maxConnections: config.maxConnections,
-      authFailureLimit: config.authFailureLimit,
-      rateLimit: config.rateLimit,
-      trustedProxies: config.trustedProxies,
     })
-    const url = await listen(server, config.port, config.host)
-    const { port } = server.address() as AddressInfo
-    const metricsServer = ownMetricsPort
-      ? createMetricsServer(metrics, log, config.maxConnections)
-      : undefined
+    const { url, port } = await listen(server, config.port, config.host)
+    const metricsServer = ownMetricsPort ? createMetricsServer(metrics, log, config) : undefined
     if (metricsServer) {
-      const at = await listen(metricsServer, config.metricsPort ?? 0, config.metricsHost).catch(
-        (err: unknown) => {
-          server.close()
-          throw err
-        },
-      )
+      const { url: at } = await listen(
+        metricsServer,
+        config.metricsPort ?? 0,
+        config.metricsHost,
+      ).catch((err: unknown) => {
+        server.close()
+        throw err
+      })
       cleanups.push(() => drain(metricsServer, 0, log))
       if (role !== 'worker') log.info(`metrics on ${at}/metrics`, { host: config.metricsHost })
     }
@@ -139,8 +134,12 @@ export async function startService(
   }
 }
 
-/** Listens on `port` of `host`; resolves with the base URL. */
-async function listen(server: Server, port: number, host: string): Promise<string> {
+/** Listens on `port` of `host`; resolves with the base URL and the port bound. */
+async function listen(
+  server: Server,
+  port: number,
+  host: string,
+): Promise<{ url: string; port: number }> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(port, host, () => {
@@ -149,7 +148,7 @@ async function listen(server: Server, port: number, host: string): Promise<strin
     })
   })
   const bound = (server.address() as AddressInfo).port
-  return `http://${host.includes(':') ? `[${host}]` : host}:${bound}`
+  return { url: `http://${host.includes(':') ? `[${host}]` : host}:${bound}`, port: bound }
 }
 
 // Through a transaction pooler the service cannot set statement_timeout per session; the role or

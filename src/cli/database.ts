@@ -1,5 +1,8 @@
+import type { Sql } from 'postgres'
 import type { Config } from '../config.ts'
+import { migrate } from '../db/migrate.ts'
 import { openDatabase, writableSessionUrl } from '../db/open.ts'
+import { createSql } from '../db/sql.ts'
 import type { Log } from '../log.ts'
 
 /**
@@ -19,4 +22,25 @@ export async function onWritableDatabase<T>(
   } finally {
     await db.stop()
   }
+}
+
+/**
+ * Runs a command on a session of the writable server once its migrations are applied (the
+ * commands that write tables: token, grant), and ends the session after.
+ */
+export function onMigratedSession<T>(
+  config: Config,
+  log: Log,
+  applicationName: string,
+  command: (sql: Sql) => Promise<T>,
+): Promise<T> {
+  return onWritableDatabase(config, log, async (url) => {
+    await migrate(url, log)
+    const sql = createSql(url, log, { max: 1, applicationName })
+    try {
+      return await command(sql)
+    } finally {
+      await sql.end({ timeout: 5 })
+    }
+  })
 }

@@ -1,9 +1,7 @@
 import process from 'node:process'
 import type { Config } from '../config.ts'
-import { migrate } from '../db/migrate.ts'
-import { createSql } from '../db/sql.ts'
 import type { Log } from '../log.ts'
-import { onWritableDatabase } from './database.ts'
+import { onMigratedSession } from './database.ts'
 
 /** The usage line of `npm run grant`. */
 export const grantUsage = 'usage: npm run grant -- ROLE   (APP_ROLE_PASSWORD sets its password)'
@@ -25,42 +23,36 @@ export async function grantCommand(
     process.stderr.write(`${grantUsage}\n`)
     return 1
   }
-  return onWritableDatabase(config, log, async (url) => {
-    await migrate(url, log)
-    const sql = createSql(url, log, { max: 1, applicationName: 'plant-store grant' })
-    try {
-      // PostgreSQL's format() quotes the names and the password: nothing is spliced here.
-      const statement = async (template: string, ...values: string[]) => {
-        const [row] = await sql<{ s: string }[]>`
+  return onMigratedSession(config, log, 'plant-store grant', async (sql) => {
+    // PostgreSQL's format() quotes the names and the password: nothing is spliced here.
+    const statement = async (template: string, ...values: string[]) => {
+      const [row] = await sql<{ s: string }[]>`
           select format(${template}, variadic ${values}::text[]) as s`
-        if (row === undefined) throw new Error(`format() returned nothing for ${template}`)
-        return row.s
-      }
-      const [exists] = await sql`select 1 from pg_roles where rolname = ${role}`
-      const [{ database } = { database: '' }] = await sql<{ database: string }[]>`
-        select current_database() as database`
-      const statements: string[] = []
-      if (exists === undefined)
-        statements.push(
-          password === undefined
-            ? await statement('create role %I login', role)
-            : await statement('create role %I login password %L', role, password),
-        )
-      else if (password !== undefined)
-        statements.push(await statement('alter role %I password %L', role, password))
-      statements.push(
-        await statement('grant connect on database %I to %I', database, role),
-        await statement('grant usage on schema public to %I', role),
-        await statement('grant select, insert on plants to %I', role),
-        await statement('grant select on api_tokens, pgmigrations to %I', role),
-      )
-      for (const s of statements) await sql.unsafe(s)
-      process.stderr.write(
-        `role ${role} ${exists ? 'exists' : 'created'}; it may insert and read plants and read api_tokens and pgmigrations: run the service as it with MIGRATE=off\n`,
-      )
-      return 0
-    } finally {
-      await sql.end({ timeout: 5 })
+      if (row === undefined) throw new Error(`format() returned nothing for ${template}`)
+      return row.s
     }
+    const [exists] = await sql`select 1 from pg_roles where rolname = ${role}`
+    const [{ database } = { database: '' }] = await sql<{ database: string }[]>`
+        select current_database() as database`
+    const statements: string[] = []
+    if (exists === undefined)
+      statements.push(
+        password === undefined
+          ? await statement('create role %I login', role)
+          : await statement('create role %I login password %L', role, password),
+      )
+    else if (password !== undefined)
+      statements.push(await statement('alter role %I password %L', role, password))
+    statements.push(
+      await statement('grant connect on database %I to %I', database, role),
+      await statement('grant usage on schema public to %I', role),
+      await statement('grant select, insert on plants to %I', role),
+      await statement('grant select on api_tokens, pgmigrations to %I', role),
+    )
+    for (const s of statements) await sql.unsafe(s)
+    process.stderr.write(
+      `role ${role} ${exists ? 'exists' : 'created'}; it may insert and read plants and read api_tokens and pgmigrations: run the service as it with MIGRATE=off\n`,
+    )
+    return 0
   })
 }

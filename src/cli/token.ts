@@ -2,11 +2,9 @@ import process from 'node:process'
 import type { Sql } from 'postgres'
 import { createToken, listTokens, revokeToken } from '../auth/token-repository.ts'
 import type { Config } from '../config.ts'
-import { migrate } from '../db/migrate.ts'
-import { createSql } from '../db/sql.ts'
 import type { Log } from '../log.ts'
 import { isFailure } from '../outcome.ts'
-import { onWritableDatabase } from './database.ts'
+import { onMigratedSession } from './database.ts'
 
 /** The usage line of `npm run token`. */
 export const tokenUsage = 'usage: npm run token -- create NAME | list | revoke NAME'
@@ -21,20 +19,14 @@ export async function tokenCommand(
     process.stderr.write(`${tokenUsage}\n`)
     return 1
   }
-  return onWritableDatabase(config, log, async (url) => {
-    const sql = createSql(url, log, { max: 1, applicationName: 'plant-store token' })
-    try {
-      await migrate(url, log)
-      return await runTokenCommand(
-        args,
-        sql,
-        (line) => process.stdout.write(`${line}\n`),
-        (line) => process.stderr.write(`${line}\n`),
-      )
-    } finally {
-      await sql.end({ timeout: 5 })
-    }
-  })
+  return onMigratedSession(config, log, 'plant-store token', (sql) =>
+    runTokenCommand(
+      args,
+      sql,
+      (line) => process.stdout.write(`${line}\n`),
+      (line) => process.stderr.write(`${line}\n`),
+    ),
+  )
 }
 
 /**

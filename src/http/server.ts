@@ -27,7 +27,7 @@ export type HttpOptions = {
   /** Keep or start a W3C trace context per request (default true). */
   readonly traceContext?: boolean
   /** Open connections at most; more are closed as soon as they are accepted. */
-  readonly maxConnections?: number
+  readonly maxConnections?: number | undefined
   /** Proxies whose `X-Forwarded-For` names the client (TRUSTED_PROXIES). */
   readonly trustedProxies?: ReadonlySet<string>
 }
@@ -46,6 +46,12 @@ type Connection = {
   closing: boolean
 }
 const connectionOf = Symbol('plant-store connection')
+
+/** Nothing more of the connection runs: what waits is dropped, what comes is never run. */
+function closeAfterThis(conn: Connection): void {
+  conn.closing = true
+  conn.waiting.length = 0
+}
 type Tracked = { [connectionOf]?: Connection }
 
 /** The longest path a log line keeps; a longer one is cut and marked with `…`. */
@@ -98,8 +104,7 @@ export function createHttpServer({
       return
     }
     // More pipelined than any client needs: the running request's answer closes the connection.
-    conn.closing = true
-    conn.waiting.length = 0
+    closeAfterThis(conn)
   }
   const server = createServer(
     {
@@ -167,10 +172,7 @@ async function handle(
     requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
     tokenName: undefined,
     sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
-    client:
-      trustedProxies.size === 0
-        ? req.socket.remoteAddress
-        : clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+    client: clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
     responseHeaders: undefined,
   }
   const method = req.method ?? 'GET'
@@ -211,10 +213,7 @@ async function handle(
   if (!req.complete || conn.closing) headers.connection = 'close'
   res.writeHead(status, headers)
   res.end(body)
-  if (headers.connection === 'close' || !res.shouldKeepAlive) {
-    conn.closing = true
-    conn.waiting.length = 0
-  }
+  if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)
 
   const ms = performance.now() - started
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)

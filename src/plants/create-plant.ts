@@ -69,10 +69,11 @@ export function createPlantHandler({
       // Only failures count: a valid token is never refused for someone else's.
       const client = ctx.client ?? ''
       if (authFailures === undefined || authFailures.take(client)) return tokenName
+      const wait = authFailures.retryAfter(client)
       return tooMany(
         42901,
-        `too many failed authentications from this address; try again in ${authFailures.retryAfter(client)} s`,
-        authFailures.retryAfter(client),
+        `too many failed authentications from this address; try again in ${wait} s`,
+        wait,
       )
     }
     ctx.tokenName = tokenName
