@@ -23,10 +23,18 @@ export async function runPrimary(
   config: Config,
   log: Log,
   stopped: Promise<string>,
+  stopRequested: () => string | undefined = () => undefined,
   dataDir = defaultDataDir,
 ): Promise<number> {
   const db = await prepareOnce(config, log, dataDir)
-  if (db === undefined) return 1
+  if (db === undefined) return stopRequested() === undefined ? 1 : 0
+  const early = stopRequested()
+  if (early !== undefined) {
+    log.info(`${early} received during start-up; stopping`)
+    await db.stop()
+    log.info('stopped')
+    return 0
+  }
   // Workers read their settings from the environment as any process does; the embedded
   // database's URL is the one thing the primary adds.
   const env = config.databaseUrl === undefined ? { DATABASE_URL: db.url } : {}

@@ -38,6 +38,8 @@ export type ServiceOptions = {
   readonly connectTo?: (url: string) => string
   /** How creates are grouped into statements (tests make them small). */
   readonly batchLimits?: BatchLimits
+  /** Set once a signal asks the process to stop: the start goes no further than its step. */
+  readonly stopRequested?: () => string | undefined
 }
 
 /**
@@ -48,7 +50,13 @@ export type ServiceOptions = {
 export async function startService(
   config: Config,
   log: Log,
-  { role = 'single', dataDir = defaultDataDir, connectTo, batchLimits }: ServiceOptions = {},
+  {
+    role = 'single',
+    dataDir = defaultDataDir,
+    connectTo,
+    batchLimits,
+    stopRequested = () => undefined,
+  }: ServiceOptions = {},
 ): Promise<Service> {
   const cleanups: (() => Promise<void>)[] = []
   const release = async () => {
@@ -57,6 +65,10 @@ export async function startService(
         log.error('shutdown step failed', { error: String(err) }),
       )
   }
+  const goOn = () => {
+    const signal = stopRequested()
+    if (signal !== undefined) throw new Error(`${signal} received during start-up`)
+  }
   try {
     // A worker's primary has prepared the database before it started the worker.
     const db =
@@ -64,6 +76,7 @@ export async function startService(
         ? await openDatabase(config, log, { dataDir })
         : await prepareDatabase(config, log, dataDir)
     cleanups.push(db.stop)
+    goOn()
     const sessionUrl = config.databaseDirectUrl ?? db.url
     const metrics = config.metrics ? createMetrics({ clusterWorker: role === 'worker' }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
@@ -84,6 +97,7 @@ export async function startService(
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
+    goOn()
     const store = createPlantRepository(sql, batchLimits, {
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(sql, log),

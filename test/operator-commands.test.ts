@@ -89,7 +89,7 @@ describe('npm run migrate and npm run token on every documented database', () =>
       assert.match(
         ours[0] ?? '',
         new RegExp(
-          `^plant-store: no writable server among the hosts \\(127\\.0\\.0\\.1:${standby.port} is read-only; 127\\.0\\.0\\.1:${closed}: .+\\)$`,
+          `^plant-store: cannot use the database at .+: no writable server among the hosts \\(127\\.0\\.0\\.1:${standby.port} is read-only; 127\\.0\\.0\\.1:${closed}: .+\\)$`,
         ),
       )
     }

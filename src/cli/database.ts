@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.ts'
+import { describeDatabase } from '../db/database-url.ts'
 import { migrate } from '../db/migrate.ts'
 import { openDatabase, writableSessionUrl } from '../db/open.ts'
 import { createSql } from '../db/sql.ts'
@@ -19,6 +20,12 @@ export async function onWritableDatabase<T>(
   const db = await openDatabase(config, log, { shareRunning: true })
   try {
     return await command(await writableSessionUrl(config, db))
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err)
+    throw new Error(
+      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${message}`,
+      { cause: err },
+    )
   } finally {
     await db.stop()
   }

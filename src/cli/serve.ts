@@ -15,8 +15,14 @@ export function processRole(config: Config): Role {
   return config.workers > 1 ? 'primary' : 'single'
 }
 
-/** `npm start`: serves until SIGINT or SIGTERM; resolves with the exit status. */
-export async function serve(config: Config): Promise<number> {
+/**
+ * `npm start`: serves until SIGINT or SIGTERM, which also stop a start in progress; resolves
+ * with the exit status. `dataDir` is the embedded database's home (tests use a folder of theirs).
+ */
+export async function serve(
+  config: Config,
+  { dataDir }: { dataDir?: string } = {},
+): Promise<number> {
   if (config.workers > 1 && 'Deno' in globalThis) {
     process.stderr.write(
       `plant-store: WORKERS=${config.workers} needs node:cluster, which Deno does not provide; under Deno run one process (WORKERS=1) per instance\n`,
@@ -37,17 +43,38 @@ export async function serve(config: Config): Promise<number> {
     worker === undefined ? undefined : { worker: worker.id },
   )
   let stopping: ((signal: string) => void) | undefined
+  let signalled: string | undefined
   const stopped = new Promise<string>((resolve) => {
     stopping = resolve
   })
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => stopping?.(signal))
-  if (role === 'primary') return runPrimary(config, log, stopped)
+  // Installed before anything starts: a signal during start-up stops the process too.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const)
+    process.on(signal, () => {
+      signalled ??= signal
+      stopping?.(signal)
+    })
+  if (role === 'primary') return runPrimary(config, log, stopped, () => signalled, dataDir)
   // A worker whose primary is gone (killed) stops as on SIGTERM.
   if (role === 'worker') process.on('disconnect', () => stopping?.('disconnect from the primary'))
+  const starting = startService(config, log, {
+    role,
+    stopRequested: () => signalled,
+    ...(dataDir !== undefined && { dataDir }),
+  })
+  const first = await Promise.race([starting.then(() => undefined), stopped]).catch(() => undefined)
+  if (first !== undefined) {
+    // Every step of the start is bounded (connect time-outs); whatever it started is released.
+    log.info(`${first} received during start-up; stopping`)
+    const service = await starting.catch(() => undefined)
+    await service?.close(0)
+    log.info('stopped')
+    return 0
+  }
   let service: Awaited<ReturnType<typeof startService>>
   try {
-    service = await startService(config, log, { role })
+    service = await starting
   } catch (err) {
+    if (signalled !== undefined) return 0
     log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
     return 1
   }

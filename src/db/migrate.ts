@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
 import postgres from 'postgres'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 
 /** The folder of the plain-SQL migrations. */
@@ -24,7 +25,11 @@ export function migrationNames(): string[] {
  * when it has no migrations table. Reads only, so a role that may not create tables can ask.
  */
 export async function pendingMigrations(databaseUrl: string): Promise<string[]> {
-  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connect_timeout: 3 })
+  const sql = postgres(databaseUrl, {
+    max: 1,
+    onnotice: () => {},
+    connect_timeout: limits.database.connect / 1000,
+  })
   try {
     const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
       (err: { code?: unknown }) => {
@@ -54,9 +59,20 @@ export async function migrate(
   const client = new pg.Client({
     connectionString: databaseUrl,
     application_name: 'plant-store migrate',
+    // Until the server is ready for queries: a port that accepts and never answers (a
+    // black-holed database) must not hang the start or the commands.
+    connectionTimeoutMillis: limits.database.connect,
   })
   client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
-  await client.connect()
+  await client.connect().catch((err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err)
+    throw new Error(
+      /timeout/i.test(message)
+        ? `no answer within ${limits.database.connect / 1000} s (${message})`
+        : message,
+      { cause: err },
+    )
+  })
   const ran = await runner({
     dbClient: client,
     dir: migrationsDir,

@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import type { Config } from '../config.ts'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
@@ -74,7 +75,11 @@ export async function primaryUrl(text: string): Promise<string> {
   const problems: string[] = []
   for (const url of urls) {
     url.searchParams.delete('target_session_attrs')
-    const sql = postgres(url.toString(), { max: 1, connect_timeout: 3, onnotice: () => {} })
+    const sql = postgres(url.toString(), {
+      max: 1,
+      connect_timeout: limits.database.connect / 1000,
+      onnotice: () => {},
+    })
     try {
       const [row] = await sql<{ writable: boolean }[]>`
         select not pg_is_in_recovery() and current_setting('transaction_read_only') = 'off'
