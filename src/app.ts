@@ -1,5 +1,4 @@
 import type { Server } from 'node:http'
-import type { Sql } from 'postgres'
 import type { TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { createReadyz, healthz } from './http/health.ts'
@@ -23,7 +22,6 @@ export type AppSettings = Pick<
 
 /** What the HTTP application is built from. */
 export type AppDeps = {
-  readonly sql: Sql
   readonly store: PlantStore
   readonly tokens: TokenCache
   readonly log: Log
@@ -55,7 +53,6 @@ export function createMetricsServer(metrics: Metrics, log: Log, settings: AppSet
 
 /** The one place where the HTTP server is assembled: the route table and its handlers. */
 export function createApp({
-  sql,
   store,
   tokens,
   log,
@@ -83,7 +80,11 @@ export function createApp({
       }),
     },
     { method: 'GET', path: '/healthz', handler: healthz },
-    { method: 'GET', path: '/readyz', handler: createReadyz(sql, limits.database.readiness) },
+    {
+      method: 'GET',
+      path: '/readyz',
+      handler: createReadyz(store, log, limits.database.readiness),
+    },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
     ...createDocsRoutes(),
     ...(metricsRoute ? metricsRoutes(metrics) : []),

@@ -21,6 +21,12 @@ export const limits = {
     statement: 5_000,
     /** A create waits this long for its statement before it is answered 503. */
     request: 6_000,
+    /**
+     * A statement with no answer for this long, past the deadline of every create in it, has
+     * its connection closed and a new one opened: a silent network partition, which the kernel
+     * would otherwise leave retransmitting for minutes.
+     */
+    cutLoose: 6_500,
     /** Giving up on opening a connection. */
     connect: 3_000,
     /** `GET /readyz` gives the database this long to answer. */

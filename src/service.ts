@@ -7,6 +7,7 @@ import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
 import { warnAboutServerSettings } from './db/server-settings.ts'
+import { openStatementSlots } from './db/slots.ts'
 import { createSql, leaveReadOnlyServer } from './db/sql.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
@@ -80,7 +81,9 @@ export async function startService(
     const sessionUrl = config.databaseDirectUrl ?? db.url
     const metrics = config.metrics ? createMetrics({ clusterWorker: role === 'worker' }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
+    // The creates have slots of their own (below); this pool serves token loads and start-up.
     const sql = createSql(connectTo ? connectTo(db.url) : db.url, log, {
+      max: 2,
       connectionClosed: metrics.connectionClosed,
       transactionPooler,
     })
@@ -98,13 +101,28 @@ export async function startService(
     await tokens.start()
     cleanups.push(tokens.close)
     goOn()
-    const store = createPlantRepository(sql, batchLimits, {
+    // The creates' statements each have a connection of their own, which can be cut loose.
+    const storeLimits = batchLimits ?? limits.batch
+    const slots = openStatementSlots(
+      connectTo ? connectTo(db.url) : db.url,
+      log,
+      storeLimits.maxInFlight,
+      { connectionClosed: metrics.connectionClosed, transactionPooler },
+    )
+    cleanups.push(async () => {
+      await Promise.all(slots.map((slot) => slot.end()))
+    })
+    const store = createPlantRepository(slots, storeLimits, {
       statementRan: metrics.statementRan,
-      readOnly: leaveReadOnlyServer(sql, log),
+      readOnly: leaveReadOnlyServer(log),
+      cutLoose: (slot, ms, sockets) =>
+        log.warn(
+          `no answer from the database for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
+          { sockets },
+        ),
     })
     const ownMetricsPort = config.metrics && config.metricsPort !== undefined
     const server = createApp({
-      sql,
       store,
       tokens,
       log,

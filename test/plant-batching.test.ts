@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { createSql } from '../src/db/sql.ts'
+import { openStatementSlots } from '../src/db/slots.ts'
 import { DatabaseUnavailable } from '../src/db/unavailable.ts'
+import { limits as contractLimits } from '../src/limits.ts'
 import {
+  type BatchLimits,
   type CreateOutcome,
   createPlantRepository,
   type PlantStore,
@@ -15,10 +17,10 @@ import { within } from './helpers/wait.ts'
 
 const db = await createTestDatabase({ after })
 
-function storeOn(url: string, limits?: Parameters<typeof createPlantRepository>[1]): PlantStore {
-  const sql = createSql(url, quietLog)
-  after(() => sql.end({ timeout: 1 }))
-  return createPlantRepository(sql, limits)
+function storeOn(url: string, limits: BatchLimits = contractLimits.batch): PlantStore {
+  const slots = openStatementSlots(url, quietLog, limits.maxInFlight)
+  after(() => Promise.all(slots.map((slot) => slot.end())))
+  return createPlantRepository(slots, limits)
 }
 
 const plant = (id: bigint, name: string, tag?: string): NewPlant =>

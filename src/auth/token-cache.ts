@@ -1,4 +1,6 @@
 import type { Sql } from 'postgres'
+import { withDeadline } from '../db/unavailable.ts'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { tokenDigest } from './tokens.ts'
 
@@ -40,10 +42,14 @@ export function createTokenCache(
   let loadedAt: number | undefined
 
   async function load(): Promise<void> {
-    const rows = await sql<{ name: string; digest: string }[]>`
-      select name, encode(token_sha256, 'hex') as digest
-      from api_tokens
-      where revoked_at is null`
+    // With a deadline: a load stuck on a partitioned connection would hold back every later one.
+    const rows = await withDeadline(
+      sql<{ name: string; digest: string }[]>`
+        select name, encode(token_sha256, 'hex') as digest
+        from api_tokens
+        where revoked_at is null`,
+      limits.database.request,
+    )
     byDigest = new Map(rows.map((r) => [r.digest, r.name]))
     verified = new Map()
     loadedAt = Date.now()

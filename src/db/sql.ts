@@ -34,6 +34,13 @@ function withPrimaryForReadWrite(url: string): string {
 /** The application_name of the service's sessions; `leaveReadOnlyServer` ends them by it. */
 const applicationName = 'plant-store'
 
+// One statement per connection at a time. postgres.js otherwise pipelines a query onto a busy
+// connection, and one sent there between the socket's error and its close is never settled (its
+// close handler rejects what is in flight only on a close without error): a create, or a slot,
+// would wait for ever. Waiting in the pool's queue instead, it goes to the next connection that
+// opens. No statement of the service gains from pipelining. (The driver's types omit the option.)
+const onePerConnection: object = { max_pipeline: 0 }
+
 /** Options of the connection pool. */
 export type SqlOptions = {
   readonly max?: number
@@ -46,12 +53,16 @@ export type SqlOptions = {
   readonly transactionPooler?: boolean
   /** Hears of every connection closed (lost, or idle), e.g. for the metrics. */
   readonly connectionClosed?: () => void
+  /** Opens the sockets itself (the driver's `socket` option), e.g. to destroy them. */
+  // biome-ignore lint/suspicious/noExplicitAny: the driver types this option as any.
+  readonly socket?: (options: any) => import('node:net').Socket
 }
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
   return postgres(withPrimaryForReadWrite(url), {
     max: options.max ?? 10,
+    ...onePerConnection,
     connect_timeout: limits.database.connect / 1000,
     idle_timeout: 60,
     // The driver's default waits up to 20 s between reconnects (3^n / 100 s); requests queue
@@ -72,18 +83,20 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
     onclose: () => options.connectionClosed?.(),
+    ...(options.socket && { socket: options.socket }),
   })
 }
 
 /**
  * What to do when a write meets a read-only server (25006): a standby, or an old primary that a
- * DNS name still points at. The pool keeps its connections to it, so it ends them from the
- * server side (its own sessions of this application, this one included); the driver reconnects,
- * to a writable server once there is one. At most once a second.
+ * DNS name still points at. The pools keep their connections to it, so it ends them from the
+ * server side (its sessions of this application, the one asking included), through the
+ * connection that met it; the driver reconnects, to a writable server once there is one. At
+ * most once a second.
  */
-export function leaveReadOnlyServer(sql: Sql, log: Log): () => void {
+export function leaveReadOnlyServer(log: Log): (sql: Sql) => void {
   let last = Number.NEGATIVE_INFINITY
-  return () => {
+  return (sql) => {
     const now = performance.now()
     if (now - last < 1000) return
     last = now

@@ -58,6 +58,17 @@ export function isUnavailable(err: unknown): boolean {
   return connectionCodes.has(code) || isTransientSqlState(code)
 }
 
+/**
+ * Whether an error means the connection it came through is gone or unusable (lost, refused, reset,
+ * ended by the server), as against a statement that failed on a healthy connection (a statement
+ * timeout, a read-only server, a serialization failure).
+ */
+export function isConnectionLost(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code
+  if (typeof code !== 'string') return false
+  return connectionCodes.has(code) || code.startsWith('08') || code.startsWith('57P0')
+}
+
 /** Rethrows driver errors that mean "unavailable" as `DatabaseUnavailable`, others unchanged. */
 export function translateUnavailable(err: unknown): never {
   if (err instanceof DatabaseUnavailable) throw err

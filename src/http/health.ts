@@ -1,27 +1,71 @@
-import type { Sql } from 'postgres'
 import { migrationNames, migrationsTable } from '../db/migrate.ts'
-import { withDeadline } from '../db/unavailable.ts'
+import { DatabaseUnavailable } from '../db/unavailable.ts'
+import type { Log } from '../log.ts'
+import type { PlantStore } from '../plants/repository.ts'
 import { failure } from './errors.ts'
 import { type Handler, reply } from './types.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
 export const healthz: Handler = () => reply({ status: 'ok' })
 
-/** `GET /readyz`: the database answers within `deadlineMs` and has every migration applied. */
-export function createReadyz(sql: Sql, deadlineMs: number): Handler {
+type Verdict = { ready: true } | { ready: false; reason: string }
+
+/** Why the probe failed, in words an operator can act on. */
+function unreadyReason(err: unknown, deadlineMs: number): string {
+  if (err instanceof DatabaseUnavailable) {
+    const cause = (err.cause as { code?: unknown } | undefined)?.code
+    if (cause === '25006') return 'the database is read-only (a standby, or a demoted primary)'
+    if (err.reason !== 'deadline') return `the database is unavailable (${err.message})`
+    // Still waiting for a slot: the creates' statements are stuck, not merely slow to start.
+    if (err.message.startsWith('no statement slot')) return `creates are stuck: ${err.message}`
+    return `no answer from the database within ${deadlineMs} ms`
+  }
+  const code = (err as { code?: unknown } | null)?.code
+  if (code === '42P01') return 'the database schema is not current; migrations are pending'
+  // The SQLSTATE only: no SQL or server message in an answer.
+  return `the readiness check failed (database error ${typeof code === 'string' ? code : 'unknown'})`
+}
+
+/**
+ * `GET /readyz`, judged by the create path itself: a probe runs through the creates' own slots
+ * and connections, ahead of the creates waiting, within `deadlineMs`. Ready when it gets an
+ * answer from a writable server whose schema is current; otherwise 503 (50301) with the reason.
+ * Each change between ready and not ready is logged once, with the reason.
+ */
+export function createReadyz(store: PlantStore, log: Log, deadlineMs: number): Handler {
   const expected = migrationNames()
-  return async () => {
+  let ready: boolean | undefined
+
+  async function check(): Promise<Verdict> {
     try {
-      const [row] = await withDeadline(
-        sql<{ applied: number }[]>`
-          select count(*)::int as applied from ${sql(migrationsTable)}
-          where name = any(${expected})`,
-        deadlineMs,
+      // txid_current() gives the probe a transaction id, so its commit is a real one: it fails
+      // on a read-only server (25006) and waits for a synchronous standby, as a create does.
+      const [row] = await store.probe(
+        (sql) => sql<{ applied: number }[]>`
+          select
+            (select count(*)::int from ${sql(migrationsTable)} where name = any(${expected}))
+              as applied,
+            txid_current() as xid`,
+        performance.now() + deadlineMs,
       )
-      if (row?.applied === expected.length) return reply({ status: 'ready' })
-      return failure(50301, 'the database schema is not current; migrations are pending')
-    } catch {
-      return failure(50301, 'the database is unavailable')
+      if (row?.applied !== expected.length)
+        return {
+          ready: false,
+          reason: 'the database schema is not current; migrations are pending',
+        }
+      return { ready: true }
+    } catch (err) {
+      return { ready: false, reason: unreadyReason(err, deadlineMs) }
     }
+  }
+
+  return async () => {
+    const verdict = await check()
+    if (verdict.ready !== ready) {
+      ready = verdict.ready
+      if (verdict.ready) log.info('readiness: ready')
+      else log.warn(`readiness: not ready, ${verdict.reason}`)
+    }
+    return verdict.ready ? reply({ status: 'ready' }) : failure(50301, verdict.reason)
   }
 }

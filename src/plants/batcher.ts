@@ -1,4 +1,9 @@
-import { DatabaseUnavailable, isUnavailable, translateUnavailable } from '../db/unavailable.ts'
+import {
+  DatabaseUnavailable,
+  isConnectionLost,
+  isUnavailable,
+  translateUnavailable,
+} from '../db/unavailable.ts'
 
 /** How items are grouped into statements. */
 export type BatchLimits = {
@@ -14,8 +19,17 @@ export type BatchLimits = {
 export type BatchHooks = {
   /** Every batch stored: its items and seconds (for the metrics). */
   readonly statementRan?: (items: number, seconds: number) => void
-  /** A write met a read-only server (25006): the pool should leave it. */
-  readonly readOnly?: () => void
+  /** A write of `slot` met a read-only server (25006): the connections should leave it. */
+  readonly readOnly?: (slot: number) => void
+  /**
+   * A statement of `slot` has had no answer for `stuckAfterMs`, past every deadline of its
+   * items: its connection should be cut loose, which fails the statement and frees the slot.
+   */
+  readonly stuck?: (slot: number) => void
+  /** How long a statement may go unanswered before `stuck` (past its items' deadlines). */
+  readonly stuckAfterMs?: number
+  /** A statement of `slot` failed because its connection is gone: the slot should start afresh. */
+  readonly connectionLost?: (slot: number) => void
 }
 
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
@@ -26,8 +40,18 @@ export type Batcher<I, O> = {
    * flight or not yet sent; an item not yet sent is then dropped, never sent.
    */
   readonly submit: (item: I, expiresAt?: number) => Promise<O>
-  /** Items waiting for a statement, and statements in flight. */
-  readonly load: () => { queued: number; inFlight: number }
+  /**
+   * Runs `work` on the next free slot, before any batch waiting, as the batches run: to see
+   * whether statements get through now. Rejects as unavailable at `expiresAt`.
+   */
+  readonly probe: <T>(work: (slot: number) => Promise<T>, expiresAt: number) => Promise<T>
+  /** Items waiting for a statement, statements in flight, and the oldest one's age in ms. */
+  readonly load: () => { queued: number; inFlight: number; oldestMs: number }
+}
+
+type Task = {
+  readonly run: (slot: number) => Promise<void>
+  readonly expire: () => void
 }
 
 type Pending<I, O> = {
@@ -49,16 +73,25 @@ const pastDeadline = () =>
  * any other failure is retried one item at a time, so one bad item fails only itself.
  */
 export function createBatcher<I, O>(
-  storeBatch: (items: readonly I[]) => Promise<O[]>,
+  storeBatch: (items: readonly I[], slot: number) => Promise<O[]>,
   limits: BatchLimits,
-  { statementRan = () => {}, readOnly = () => {} }: BatchHooks = {},
+  {
+    statementRan = () => {},
+    readOnly = () => {},
+    stuck = () => {},
+    stuckAfterMs = Number.POSITIVE_INFINITY,
+    connectionLost = () => {},
+  }: BatchHooks = {},
 ): Batcher<I, O> {
   const queue: Pending<I, O>[] = []
-  let inFlight = 0
+  const tasks: Task[] = []
+  // The free slots; a slot is one statement in flight at a time (a connection of its own).
+  const free = Array.from({ length: limits.maxInFlight }, (_, i) => limits.maxInFlight - 1 - i)
+  const startedAt = new Map<number, number>()
   let scheduled = false
 
-  async function storeAlone(item: I): Promise<O> {
-    const [outcome] = await storeBatch([item])
+  async function storeAlone(item: I, slot: number): Promise<O> {
+    const [outcome] = await storeBatch([item], slot)
     if (outcome === undefined) throw new Error('an item got no outcome')
     return outcome
   }
@@ -102,11 +135,29 @@ export function createBatcher<I, O>(
     return () => clearTimeout(timer)
   }
 
-  async function run(batch: Pending<I, O>[]): Promise<void> {
+  /** Runs `work` on `slot`; cut loose if it has no answer for `stuckAfterMs`. */
+  async function occupy(slot: number, work: () => Promise<void>): Promise<void> {
+    startedAt.set(slot, performance.now())
+    const timer =
+      stuckAfterMs === Number.POSITIVE_INFINITY ? undefined : setTimeout(stuck, stuckAfterMs, slot)
+    try {
+      await work()
+    } finally {
+      clearTimeout(timer)
+      startedAt.delete(slot)
+      free.push(slot)
+      schedule()
+    }
+  }
+
+  async function run(batch: Pending<I, O>[], slot: number): Promise<void> {
     const started = performance.now()
     const stopWatching = watchBatch(batch)
     try {
-      const outcomes = await storeBatch(batch.map((p) => p.item))
+      const outcomes = await storeBatch(
+        batch.map((p) => p.item),
+        slot,
+      )
       statementRan(batch.length, (performance.now() - started) / 1000)
       batch.forEach((p, i) => {
         const outcome = outcomes[i]
@@ -115,11 +166,12 @@ export function createBatcher<I, O>(
       })
     } catch (err) {
       if (isUnavailable(err) || batch.length === 1) {
-        if ((err as { code?: unknown }).code === '25006') readOnly()
+        if ((err as { code?: unknown }).code === '25006') readOnly(slot)
+        if (isConnectionLost(err)) connectionLost(slot)
         for (const p of batch) p.reject(err)
         return
       }
-      await Promise.all(batch.map((p) => storeAlone(p.item).then(p.resolve, p.reject)))
+      await Promise.all(batch.map((p) => storeAlone(p.item, slot).then(p.resolve, p.reject)))
     } finally {
       stopWatching()
     }
@@ -128,23 +180,64 @@ export function createBatcher<I, O>(
   function flush(): void {
     scheduled = false
     dropExpired()
-    while (inFlight < limits.maxInFlight && queue.length > 0) {
-      const batch = queue.splice(0, limits.maxBatch)
-      inFlight++
-      void run(batch).finally(() => {
-        inFlight--
-        schedule()
-      })
+    while (free.length > 0 && (tasks.length > 0 || queue.length > 0)) {
+      const slot = free.pop() as number
+      const task = tasks.shift()
+      if (task !== undefined) void occupy(slot, () => task.run(slot))
+      else {
+        const batch = queue.splice(0, limits.maxBatch)
+        void occupy(slot, () => run(batch, slot))
+      }
     }
     watchQueue()
   }
 
   // Flushing after the current I/O phase lets the items parsed in it share one statement.
   function schedule(): void {
-    if (!scheduled && queue.length > 0 && inFlight < limits.maxInFlight) {
+    if (!scheduled && (queue.length > 0 || tasks.length > 0) && free.length > 0) {
       scheduled = true
       setImmediate(flush)
     }
+  }
+
+  function oldestMs(): number {
+    const now = performance.now()
+    let oldest = 0
+    for (const at of startedAt.values()) oldest = Math.max(oldest, now - at)
+    return oldest
+  }
+
+  function probe<T>(work: (slot: number) => Promise<T>, expiresAt: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => task.expire(), Math.max(0, expiresAt - performance.now()))
+      const task: Task = {
+        // Waiting for a slot at the deadline: every slot is taken by a statement in flight.
+        expire() {
+          const at = tasks.indexOf(task)
+          if (at >= 0) {
+            tasks.splice(at, 1)
+            reject(
+              new DatabaseUnavailable(
+                `no statement slot came free: ${limits.maxInFlight} statement(s) in flight, the oldest for ${Math.round(oldestMs())} ms`,
+                { reason: 'deadline' },
+              ),
+            )
+          } else reject(pastDeadline())
+        },
+        async run(slot) {
+          try {
+            resolve(await work(slot))
+          } catch (err) {
+            if (isConnectionLost(err)) connectionLost(slot)
+            reject(err)
+          } finally {
+            clearTimeout(timer)
+          }
+        },
+      }
+      tasks.push(task)
+      schedule()
+    }).catch(translateUnavailable)
   }
 
   function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
@@ -162,5 +255,13 @@ export function createBatcher<I, O>(
     }).catch(translateUnavailable)
   }
 
-  return Object.freeze({ submit, load: () => ({ queued: queue.length, inFlight }) })
+  return Object.freeze({
+    submit,
+    probe,
+    load: () => ({
+      queued: queue.length,
+      inFlight: limits.maxInFlight - free.length,
+      oldestMs: oldestMs(),
+    }),
+  })
 }

@@ -1,4 +1,6 @@
 import type { Sql } from 'postgres'
+import type { StatementSlot } from '../db/slots.ts'
+import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { type Failure, failure } from '../http/errors.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { type BatchHooks, type BatchLimits, createBatcher } from './batcher.ts'
@@ -21,8 +23,13 @@ export type PlantStore = {
     createdBy: string,
     expiresAt?: number,
   ) => Promise<CreateOutcome>
-  /** Creates waiting for a statement, and statements in flight. */
-  readonly load: () => { queued: number; inFlight: number }
+  /**
+   * Runs `work` through the creates' own slots and connections, ahead of the creates waiting:
+   * whether statements get through now (readiness). Rejects as unavailable at `expiresAt`.
+   */
+  readonly probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number) => Promise<T>
+  /** Creates waiting for a statement, statements in flight, and the oldest one's age in ms. */
+  readonly load: () => { queued: number; inFlight: number; oldestMs: number }
 }
 
 /** One create as the batch statement takes it. */
@@ -94,24 +101,63 @@ export async function storePlants(sql: Sql, batch: readonly NewRow[]): Promise<C
   )
 }
 
+/** What the store tells the rest of the service (the batcher's hooks, less its own). */
+export type StoreHooks = Omit<
+  BatchHooks,
+  'stuck' | 'stuckAfterMs' | 'readOnly' | 'connectionLost'
+> & {
+  /** A write met a read-only server (25006) through `sql`, which is still connected to it. */
+  readonly readOnly?: (sql: Sql) => void
+  /** A slot's connection was cut loose: no answer for `ms`. */
+  readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
+}
+
 /**
  * The PostgreSQL plant store: creates that arrive while statements are in flight are coalesced
  * into one multi-row statement (one commit for all of them), yet each request gets its own
- * outcome: created, retry or conflict.
+ * outcome: created, retry or conflict. Each statement in flight has a slot, a connection of its
+ * own; one with no answer past the request deadline (a partition: nothing will come until the
+ * kernel gives up, minutes later) is cut loose, and the slot reconnects.
  */
 export function createPlantRepository(
-  sql: Sql,
+  slots: readonly StatementSlot[],
   limits: BatchLimits = contractLimits.batch,
-  hooks: BatchHooks = {},
+  { cutLoose = () => {}, readOnly = () => {}, ...hooks }: StoreHooks = {},
 ): PlantStore {
+  if (slots.length < limits.maxInFlight)
+    throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
+  const slotSql = (slot: number): Sql => {
+    const s = slots[slot]
+    if (s === undefined) throw new Error(`no statement slot ${slot}`)
+    return s.sql
+  }
+  const stuckAfterMs = contractLimits.database.cutLoose
   const batcher = createBatcher(
-    (batch: readonly NewRow[]) => storePlants(sql, batch),
+    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch),
     limits,
-    hooks,
+    {
+      ...hooks,
+      readOnly: (slot) => readOnly(slotSql(slot)),
+      stuckAfterMs,
+      stuck(slot) {
+        const reason = new DatabaseUnavailable(
+          `no answer from the database for ${stuckAfterMs} ms; the connection was closed`,
+        )
+        const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
+        cutLoose(slot, stuckAfterMs, sockets)
+      },
+      // A slot whose connection was lost starts again with a new pool, so no state the driver
+      // kept from the old connection (a dying socket, queries parked on it) can outlive it.
+      connectionLost(slot) {
+        slots[slot]?.cut(new DatabaseUnavailable('the connection was lost'))
+      },
+    },
   )
   return Object.freeze({
     create: (plant: NewPlant, createdBy: string, expiresAt?: number) =>
       batcher.submit({ plant, createdBy }, expiresAt),
+    probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number) =>
+      batcher.probe((slot) => work(slotSql(slot)), expiresAt),
     load: batcher.load,
   })
 }

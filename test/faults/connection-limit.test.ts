@@ -15,14 +15,14 @@ import { within } from '../helpers/wait.ts'
 describe('more instances than the server has connections for', () => {
   test('instances that cannot get a connection answer 503, stay up, and recover when connections free up', async () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-connection-limit-')
-    // Five connections: this test's own, and two for each instance once it has started (the
-    // pool's first and the LISTEN). A second statement in flight needs a sixth.
+    // Seven connections: this test's own, and three for each instance once it serves (the
+    // pool's first, the LISTEN, and one statement slot). A second slot needs an eighth.
     const db = await startEmbedded({
       dir,
       log: quietLog,
       shareRunning: false,
       fast: true,
-      settings: { max_connections: '5' },
+      settings: { max_connections: '7' },
     })
     tmp.after(() => db.stop())
     await migrate(db.url, quietLog)

@@ -119,6 +119,13 @@ describe('a database outage', () => {
       [],
     )
     assert.equal((await s.post({ id: uniqueId(), name: 'after the stall' })).status, 200)
+    // A statement merely waiting for a lock is answered by the statement timeout (5 s), before
+    // the 6 s after which a statement without an answer has its connection cut loose.
+    assert.deepEqual(
+      s.logs.filter((l) => String(l.message).startsWith('no answer from the database for')),
+      [],
+      'a slow statement had its connection cut',
+    )
   })
 
   test('creates still waiting when their requests have been answered 503 are dropped, never sent', async () => {

@@ -1,8 +1,18 @@
 /** A create the service answered with 200, and what was sent for it. */
 export type Acknowledged = { id: string; name: string; tag: string | null }
 
+/** One create: when it was sent and answered (performance.now()), and how. */
+export type Answer = {
+  readonly sentAt: number
+  readonly answeredAt: number
+  readonly status: number
+  readonly retryAfter: string | null
+}
+
 /** What a stream of creates saw. */
 export type Drive = {
+  /** Every create, in the order answered. */
+  readonly answers: Answer[]
   readonly acknowledged: Acknowledged[]
   /** Creates answered 503: their outcome is unknown, and retrying them must be safe. */
   readonly unavailable: Acknowledged[]
@@ -31,6 +41,7 @@ export function driveCreates(
 ): Drive {
   let running = true
   const drive: Drive = {
+    answers: [],
     acknowledged: [],
     unavailable: [],
     acknowledgedAt: [],
@@ -50,6 +61,7 @@ export function driveCreates(
       const body = bodyOf(plant)
       const started = performance.now()
       let status = 0
+      let retryAfter: string | null = null
       try {
         const res = await fetch(`${base}/plants`, {
           method: 'POST',
@@ -58,10 +70,13 @@ export function driveCreates(
         })
         await res.arrayBuffer()
         status = res.status
+        retryAfter = res.headers.get('retry-after')
       } catch {
         status = 0
       }
-      drive.slowestMs = Math.max(drive.slowestMs, performance.now() - started)
+      const answeredAt = performance.now()
+      drive.answers.push({ sentAt: started, answeredAt, status, retryAfter })
+      drive.slowestMs = Math.max(drive.slowestMs, answeredAt - started)
       drive.statuses.set(status, (drive.statuses.get(status) ?? 0) + 1)
       if (status === 200) {
         drive.acknowledged.push(plant)

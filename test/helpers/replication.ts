@@ -105,7 +105,9 @@ export async function startPrimaryAndStandby(t: Cleanup) {
   await appendFile(
     join(primaryDir, 'postgresql.conf'),
     [
-      "listen_addresses = '127.0.0.1'",
+      // 127.0.0.2 too: a test can cut the service's way to a server (iptables on that address)
+      // and leave replication, on 127.0.0.1, alone.
+      "listen_addresses = '127.0.0.1,127.0.0.2'",
       "unix_socket_directories = ''",
       'wal_level = replica',
       'hot_standby = on',

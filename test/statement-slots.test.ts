@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict'
+import { after, describe, test } from 'node:test'
+import { openStatementSlots } from '../src/db/slots.ts'
+import { createTestDatabase, quietLog } from './helpers/database.ts'
+import { startTcpProxy } from './helpers/tcp-proxy.ts'
+
+const db = await createTestDatabase({ after })
+
+/** Settles `work` within `ms`, or says it did not. */
+function settled<T>(work: Promise<T>, ms: number): Promise<'ok' | 'failed' | 'pending'> {
+  return Promise.race([
+    work.then(
+      () => 'ok' as const,
+      () => 'failed' as const,
+    ),
+    new Promise<'pending'>((r) => setTimeout(() => r('pending'), ms).unref()),
+  ])
+}
+
+describe('statement slots (a connection of their own per statement in flight)', () => {
+  test('statements sent just as the server ends the session each succeed or fail, none waits for ever, and the slot serves the next', async () => {
+    for (let round = 0; round < 5; round++) {
+      const [slot] = openStatementSlots(db.url, quietLog, 1)
+      assert.ok(slot)
+      await slot.sql`select 1`
+      await db.sql`
+        select pg_terminate_backend(pid) from pg_stat_activity
+        where application_name = 'plant-store' and datname = current_database()
+          and pid <> pg_backend_pid()`
+      // postgres.js pipelined the later ones onto the dying connection and never settled them.
+      const outcomes = await Promise.all(
+        [1, 2, 3].map(() => settled(slot.sql`select 1`.execute(), 5000)),
+      )
+      assert.ok(!outcomes.includes('pending'), `round ${round}: ${outcomes.join(', ')}`)
+      assert.equal(await settled(slot.sql`select 1`.execute(), 5000), 'ok')
+      await slot.end()
+    }
+  })
+
+  test('cut fails the statement in flight at once with its reason, and the slot opens a new connection', async () => {
+    const proxy = await startTcpProxy(db.url)
+    after(() => proxy.close())
+    const [slot] = openStatementSlots(proxy.url, quietLog, 1)
+    assert.ok(slot)
+    after(() => slot.end())
+    await slot.sql`select 1`
+    proxy.freeze()
+    const stuck = slot.sql`select 1`.execute()
+    await new Promise((r) => setTimeout(r, 300))
+    const started = performance.now()
+    assert.equal(slot.cut(new Error('cut loose by the test')), 1, 'one socket was open')
+    await assert.rejects(stuck, /cut loose by the test/)
+    assert.ok(performance.now() - started < 1000)
+    await proxy.cut()
+    await proxy.restore()
+    const [row] = await slot.sql<{ one: number }[]>`select 1 as one`
+    assert.equal(row?.one, 1)
+  })
+})
