@@ -95,12 +95,30 @@ const addressList = v.pipe(
   v.transform((list) => new Set(list)),
 )
 
+/**
+ * An address to bind: an IP address (v4 or v6), or a host name (RFC 1123: dot-separated labels of
+ * letters, digits and inner hyphens, 253 characters at most). A name of numbers alone must be an
+ * IPv4 address, so `999.999.1.1` is refused here rather than by the resolver after start-up.
+ */
+export function isHostOrAddress(text: string): boolean {
+  if (isIP(text) !== 0) return true
+  if (text.length > 253) return false
+  const labels = text.split('.')
+  if (!labels.every((l) => /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(l))) return false
+  return !labels.every((l) => /^\d+$/.test(l))
+}
+
+const hostOrAddress = v.pipe(
+  v.string(),
+  v.check(isHostOrAddress, 'must be a host name or an IP address'),
+)
+
 const EnvSchema = v.object({
   DATABASE_URL: v.optional(databaseUrl),
   DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
   DATABASE_DIRECT_URL: v.optional(databaseUrl),
   PORT: port,
-  HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
+  HOST: hostOrAddress,
   LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
   METRICS: onOff,
   METRICS_PORT: v.optional(
@@ -111,7 +129,7 @@ const EnvSchema = v.object({
       v.maxValue(65535, 'must be an integer from 1 to 65535'),
     ),
   ),
-  METRICS_HOST: v.pipe(v.string(), v.regex(/^\S+$/, 'must be a host name or an IP address')),
+  METRICS_HOST: hostOrAddress,
   TRACE_CONTEXT: onOff,
   WORKERS: workers,
   MAX_CONNECTIONS: maxConnections,

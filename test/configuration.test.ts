@@ -108,6 +108,9 @@ describe('configuration', () => {
     ['DATABASE_URL', 'mysql://x'],
     ['DATABASE_URL', 'not a url'],
     ['HOST', 'two words'],
+    ['HOST', '999.999.1.1'],
+    ['HOST', 'not_a_host'],
+    ['HOST', '-leading.example'],
     ['METRICS', 'yes'],
     ['TRACE_CONTEXT', 'false'],
     ['DATABASE_POOL_MODE', 'statement'],
@@ -122,6 +125,7 @@ describe('configuration', () => {
     ['METRICS_PORT', '65536'],
     ['METRICS_PORT', '8080'],
     ['METRICS_HOST', 'two words'],
+    ['METRICS_HOST', '300.1.1.1'],
     ['AUTH_FAILURE_LIMIT', 'lots'],
     ['RATE_LIMIT', '0'],
     ['TRUSTED_PROXIES', 'proxy.local'],
@@ -163,6 +167,21 @@ describe('configuration', () => {
         /DATABASE_URL/.test(err.message) &&
         !err.message.includes('s3cret'),
     )
+  })
+
+  test('HOST and METRICS_HOST take IP addresses and host names', () => {
+    for (const host of ['0.0.0.0', '127.0.0.1', '::', '::1', 'localhost', 'plants-1.internal'])
+      assert.equal(parseConfig({ HOST: host, METRICS_HOST: host }).host, host)
+  })
+
+  test('an invalid HOST stops npm start before anything else, with one line on standard error naming HOST', async () => {
+    // No DATABASE_URL: had it gone further, it would have started the embedded database.
+    const { code, stdout, stderr } = await runMain([], { HOST: '999.999.1.1', PORT: '0' })
+    assert.equal(code, 1)
+    assert.equal(stdout, '')
+    assert.deepEqual(stderr.trim().split('\n'), [
+      'plant-store: invalid setting HOST="999.999.1.1": must be a host name or an IP address',
+    ])
   })
 
   test('the service stops at start with one clear line naming the variable and exit status 1', async () => {
