@@ -52,13 +52,13 @@ describe('migrations', () => {
     )
   })
 
-  test('every table and column has a comment', async () => {
+  test("every table and column has a comment, node-pg-migrate's pgmigrations included", async () => {
     const db = await createTestDatabase({ after })
     const missing = await db.sql`
       select c.relname || coalesce('.' || a.attname, '') as what
       from pg_class c
       left join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
-      where c.relname in ('plants', 'api_tokens') and c.relkind = 'r'
+      where c.relname in ('plants', 'api_tokens', 'pgmigrations') and c.relkind = 'r'
         and col_description(c.oid, coalesce(a.attnum, 0)) is null
         and (a.attnum is not null or obj_description(c.oid, 'pg_class') is null)`
     assert.deepEqual(
