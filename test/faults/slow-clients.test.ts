@@ -31,13 +31,15 @@ describe('slow and greedy clients', { concurrency: true }, () => {
     assert.ok(res.elapsedMs >= 29_500 && res.elapsedMs < 32_500, `cut after ${res.elapsedMs} ms`)
   })
 
-  test('an idle keep-alive connection is closed after 5 s', async () => {
+  test('an idle keep-alive connection advertises 5 s and is closed 6 s after the answer (README, Limits)', async () => {
     const socket = await openSocket(s.base)
     const closed = readUntilClosed(socket)
     socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
     const res = await closed
     assert.equal(res.status, 200)
-    assert.ok(res.elapsedMs >= 4_500 && res.elapsedMs < 7_000, `closed after ${res.elapsedMs} ms`)
+    assert.equal(res.headers['keep-alive'], 'timeout=5')
+    // Node closes a second after the advertised time; a busy machine may add a little.
+    assert.ok(res.elapsedMs >= 5_900 && res.elapsedMs < 7_000, `closed after ${res.elapsedMs} ms`)
   })
 
   test('1,000 idle keep-alive connections do not stop normal requests', async () => {
