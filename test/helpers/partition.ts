@@ -59,10 +59,17 @@ export function partition(
     }
   }
   let active = true
+  // Killed by a signal, a process runs no 'exit' listener: heal first, then die of the signal.
+  const onSignal = (signal: NodeJS.Signals) => {
+    heal()
+    process.kill(process.pid, signal)
+  }
   const heal = () => {
     if (!active) return
     active = false
     process.off('exit', heal)
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
     for (const match of matches) {
       for (let attempt = 1; present(match); attempt++) {
         try {
@@ -74,6 +81,8 @@ export function partition(
     }
   }
   process.on('exit', heal)
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
   t.after(heal)
   try {
     for (const match of matches) execFileSync(iptablesPath, ['-w', '-I', ...rule(match)])
