@@ -5,13 +5,7 @@ import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
 import { type Cleanup, createTestDatabase } from '../helpers/database.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
-import {
-  type Arranged,
-  assertRecovered,
-  explain,
-  figures,
-  partitioned,
-} from '../helpers/partition-run.ts'
+import { type Arranged, partitionAndRecover } from '../helpers/partition-run.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../helpers/pgbouncer.ts'
 import { tokenFor } from '../helpers/process.ts'
 import { connect, startPrimaryAndStandby } from '../helpers/replication.ts'
@@ -82,14 +76,7 @@ describe('a silent network partition on the other ways to the database', () => {
       timeout: 120_000,
     }, async (t) => {
       assert.equal(unavailable, undefined, unavailable)
-      const observed = await partitioned(await arrange(t), 20, 'both', t)
-      t.diagnostic(figures(observed))
-      try {
-        assertRecovered(observed)
-      } catch (err) {
-        t.diagnostic(explain(observed))
-        throw err
-      }
+      await partitionAndRecover(t, await arrange(t), 20, 'both')
     })
   }
 })

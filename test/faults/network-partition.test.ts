@@ -5,13 +5,7 @@ import { freePort, startEmbedded } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
-import {
-  type Arranged,
-  assertRecovered,
-  explain,
-  figures,
-  partitioned,
-} from '../helpers/partition-run.ts'
+import { type Arranged, partitionAndRecover } from '../helpers/partition-run.ts'
 import { startTestServer } from '../helpers/server.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
 
@@ -46,14 +40,7 @@ describe('a silent network partition between the service and PostgreSQL', () => 
       timeout: (seconds + 60) * 1000,
     }, async (t) => {
       assert.equal(unavailable, undefined, unavailable)
-      const observed = await partitioned(await onItsOwnServer(t), seconds, direction, t)
-      t.diagnostic(figures(observed))
-      try {
-        assertRecovered(observed)
-      } catch (err) {
-        t.diagnostic(explain(observed))
-        throw err
-      }
+      await partitionAndRecover(t, await onItsOwnServer(t), seconds, direction)
     })
   }
 })

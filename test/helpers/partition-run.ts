@@ -101,7 +101,7 @@ export async function partitioned(
 }
 
 /** The figures of a partition, for the test's output: ms from the heal, statuses. */
-export function figures(o: Observed): string {
+function figures(o: Observed): string {
   const after = (t: number | undefined) =>
     t === undefined ? 'never' : `${Math.round(t - o.healedAt)} ms`
   const first200 = o.drive.answers
@@ -124,7 +124,7 @@ export function figures(o: Observed): string {
 }
 
 /** Asserts points 1 to 3 of a partition: quick recovery, a truthful readiness, nothing else. */
-export function assertRecovered(o: Observed): void {
+function assertRecovered(o: Observed): void {
   const { drive, healedAt, cutAt } = o
   const sinceHeal = (t: number) => Math.round(t - healedAt)
   const firstAfterHeal = drive.answers
@@ -194,11 +194,31 @@ export function assertRecovered(o: Observed): void {
 }
 
 /** The service's own log lines (not the request lines), for a failed run's output. */
-export function explain(o: Observed): string {
+function explain(o: Observed): string {
   return o.logs
     .filter((l) => l.requestId === undefined)
     .map(
       (l) => `${l.time} ${l.level} ${l.message}${l.sockets === undefined ? '' : ` (${l.sockets})`}`,
     )
     .join('\n')
+}
+
+/**
+ * Runs one partition on the arranged service and asserts points 1 to 3 of it; the figures go to
+ * the test's output, and on a failure the service's own log lines too.
+ */
+export async function partitionAndRecover(
+  t: Cleanup & { diagnostic: (message: string) => void },
+  arranged: Arranged,
+  seconds: number,
+  direction: Direction,
+): Promise<void> {
+  const observed = await partitioned(arranged, seconds, direction, t)
+  t.diagnostic(figures(observed))
+  try {
+    assertRecovered(observed)
+  } catch (err) {
+    t.diagnostic(explain(observed))
+    throw err
+  }
 }
