@@ -81,8 +81,9 @@ export async function startService(
     const sessionUrl = config.databaseDirectUrl ?? db.url
     const metrics = config.metrics ? createMetrics({ clusterWorker: role === 'worker' }) : noMetrics
     const transactionPooler = config.poolMode === 'transaction'
+    const poolUrl = connectTo ? connectTo(db.url) : db.url
     // The creates have slots of their own (below); this pool serves token loads and start-up.
-    const sql = createSql(connectTo ? connectTo(db.url) : db.url, log, {
+    const sql = createSql(poolUrl, log, {
       max: 2,
       connectionClosed: metrics.connectionClosed,
       transactionPooler,
@@ -103,12 +104,10 @@ export async function startService(
     goOn()
     // The creates' statements each have a connection of their own, which can be cut loose.
     const storeLimits = batchLimits ?? limits.batch
-    const slots = openStatementSlots(
-      connectTo ? connectTo(db.url) : db.url,
-      log,
-      storeLimits.maxInFlight,
-      { connectionClosed: metrics.connectionClosed, transactionPooler },
-    )
+    const slots = openStatementSlots(poolUrl, log, storeLimits.maxInFlight, {
+      connectionClosed: metrics.connectionClosed,
+      transactionPooler,
+    })
     cleanups.push(async () => {
       await Promise.all(slots.map((slot) => slot.end()))
     })

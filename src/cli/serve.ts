@@ -74,7 +74,6 @@ export async function serve(
   try {
     service = await starting
   } catch (err) {
-    if (signalled !== undefined) return 0
     log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
     return 1
   }
