@@ -10,14 +10,17 @@ export const healthz: Handler = () => reply({ status: 'ok' })
 
 type Verdict = { ready: true } | { ready: false; reason: string }
 
-/** Why the probe failed, in words an operator can act on. */
-function unreadyReason(err: unknown, deadlineMs: number): string {
+/**
+ * Why the probe failed, in words an operator can act on. `oldestMs`: how long the oldest create
+ * statement in flight has waited; past the deadline, the creates themselves are stuck.
+ */
+function unreadyReason(err: unknown, deadlineMs: number, inFlight: number, oldestMs: number) {
   if (err instanceof DatabaseUnavailable) {
     const cause = (err.cause as { code?: unknown } | undefined)?.code
     if (cause === '25006') return 'the database is read-only (a standby, or a demoted primary)'
     if (err.reason !== 'deadline') return `the database is unavailable (${err.message})`
-    // Still waiting for a slot: the creates' statements are stuck, not merely slow to start.
-    if (err.message.startsWith('no statement slot')) return `creates are stuck: ${err.message}`
+    if (oldestMs >= deadlineMs)
+      return `creates are stuck: ${inFlight} statement(s) in flight, the oldest for ${Math.round(oldestMs)} ms`
     return `no answer from the database within ${deadlineMs} ms`
   }
   const code = (err as { code?: unknown } | null)?.code
@@ -55,7 +58,8 @@ export function createReadyz(store: PlantStore, log: Log, deadlineMs: number): H
         }
       return { ready: true }
     } catch (err) {
-      return { ready: false, reason: unreadyReason(err, deadlineMs) }
+      const { inFlight, oldestMs } = store.load()
+      return { ready: false, reason: unreadyReason(err, deadlineMs, inFlight, oldestMs) }
     }
   }
 

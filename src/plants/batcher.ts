@@ -49,10 +49,7 @@ export type Batcher<I, O> = {
   readonly load: () => { queued: number; inFlight: number; oldestMs: number }
 }
 
-type Task = {
-  readonly run: (slot: number) => Promise<void>
-  readonly expire: () => void
-}
+type Task = { readonly run: (slot: number) => Promise<void> }
 
 type Pending<I, O> = {
   readonly item: I
@@ -209,21 +206,16 @@ export function createBatcher<I, O>(
 
   function probe<T>(work: (slot: number) => Promise<T>, expiresAt: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => task.expire(), Math.max(0, expiresAt - performance.now()))
-      const task: Task = {
-        // Waiting for a slot at the deadline: every slot is taken by a statement in flight.
-        expire() {
+      // At the deadline: dropped if still waiting for a slot, answered either way.
+      const timer = setTimeout(
+        () => {
           const at = tasks.indexOf(task)
-          if (at >= 0) {
-            tasks.splice(at, 1)
-            reject(
-              new DatabaseUnavailable(
-                `no statement slot came free: ${limits.maxInFlight} statement(s) in flight, the oldest for ${Math.round(oldestMs())} ms`,
-                { reason: 'deadline' },
-              ),
-            )
-          } else reject(pastDeadline())
+          if (at >= 0) tasks.splice(at, 1)
+          reject(pastDeadline())
         },
+        Math.max(0, expiresAt - performance.now()),
+      )
+      const task: Task = {
         async run(slot) {
           try {
             resolve(await work(slot))
