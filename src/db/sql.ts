@@ -55,7 +55,7 @@ export type SqlOptions = {
   readonly connectionClosed?: () => void
   /** Opens the sockets itself (the driver's `socket` option), e.g. to destroy them. */
   // biome-ignore lint/suspicious/noExplicitAny: the driver types this option as any.
-  readonly socket?: (options: any) => import('node:net').Socket
+  readonly socket?: (options: any) => Promise<import('node:net').Socket>
 }
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
