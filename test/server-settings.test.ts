@@ -26,8 +26,14 @@ describe("warnings about the operator's PostgreSQL settings", () => {
     assert.equal(walWarnings(s.logs).length, 1)
   })
 
-  test('wal_compression = pglz: no such warning', async () => {
+  test('wal_compression = pglz: one warning that it costs CPU for little, naming lz4 and off; the service serves', async () => {
     const s = await startWith('pglz')
-    assert.deepEqual(walWarnings(s.logs), [])
+    const warnings = s.logs.filter(
+      (l) => l.level === 'warn' && String(l.message).startsWith('wal_compression is pglz'),
+    )
+    assert.equal(warnings.length, 1)
+    assert.match(String(warnings[0]?.message), /spends CPU.*wal_compression = lz4.*else off/)
+    assert.deepEqual(walWarnings(s.logs), [], 'not the warning for off')
+    assert.equal((await s.post({ id: uniqueId(), name: 'warned' })).status, 200)
   })
 })
