@@ -1,6 +1,7 @@
+import { readFileSync } from 'node:fs'
 import type { Sql } from 'postgres'
-import { runPgbench } from './pgbench.ts'
-import { cpuSeconds, type Running, stop } from './processes.ts'
+import { batchedRows, runPgbench } from './pgbench.ts'
+import { cpuSeconds, type Running, serverCpuSeconds, stop } from './processes.ts'
 import { idsAfter, runWrk, type WrkResult } from './wrk.ts'
 
 /** The settings of one bench run, from the command line. */
@@ -17,8 +18,11 @@ export type BenchOptions = {
   readonly randomIds: boolean
 }
 
-/** One measured wrk run after a warm-up, with the CPU the target spent per request. */
-export type Measured = WrkResult & { cpuUs: number; rowsOk: boolean }
+/**
+ * One measured wrk run after a warm-up, with the CPU the target spent per request and the CPU
+ * PostgreSQL spent per request (all its processes; NaN where the bench cannot see them).
+ */
+export type Measured = WrkResult & { cpuUs: number; dbCpuUs: number; rowsOk: boolean }
 
 /** A comparison of two services: medians of the interleaved rounds. */
 export type Comparison = Record<string, number>
@@ -36,6 +40,27 @@ export const f = (n: number, w: number, d = 0) => n.toFixed(d).padStart(w)
  */
 export function createBench(options: BenchOptions, url: string, sql: Sql, token: string) {
   let nextId = 1n
+  let postmaster: Promise<number | undefined> | undefined
+
+  /**
+   * CPU seconds of the PostgreSQL server (the postmaster and its processes), read from /proc by
+   * way of its data folder's postmaster.pid: only for a server on this machine that this user may
+   * read (the embedded one always). Backends that have exited count too (pgbench's).
+   */
+  async function databaseCpuSeconds(): Promise<number> {
+    postmaster ??= sql<{ dir: string }[]>`select current_setting('data_directory') as dir`.then(
+      ([row]) => {
+        try {
+          return Number(readFileSync(`${row?.dir}/postmaster.pid`, 'utf8').split('\n')[0])
+        } catch {
+          return undefined
+        }
+      },
+      () => undefined,
+    )
+    const pid = await postmaster
+    return pid === undefined ? Number.NaN : serverCpuSeconds(pid)
+  }
 
   /**
    * One wrk run of `seconds` on fresh ids (`POST /plants`, or the bare server's POST): counting
@@ -65,8 +90,10 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     const pid = target.child.pid ?? 0
     await load(target, connections, options.warmup)
     const cpuBefore = cpuSeconds(pid)
+    const dbBefore = await databaseCpuSeconds()
     const r = await load(target, connections, options.seconds)
     const cpuUs = ((cpuSeconds(pid) - cpuBefore) * 1e6) / r.requests
+    const dbCpuUs = (((await databaseCpuSeconds()) - dbBefore) * 1e6) / r.requests
     // Every 200 is a row: at least as many rows as answers (wrk may stop with requests unread).
     // At random ids the phases start from an empty table, so all of it counts.
     const [row] = options.randomIds
@@ -76,13 +103,20 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
           where id >= ${String(r.first)}::int8 and id < ${String(r.next)}::int8`
     const rowsOk = target.name === 'HTTP ceiling' || (row?.n ?? 0) >= r.requests - r.errors
     const { first: _first, next: _next, ...result } = r
-    return { ...result, cpuUs, rowsOk }
+    return { ...result, cpuUs, dbCpuUs, rowsOk }
   }
 
-  /** pgbench's single-row inserts after a warm-up. */
-  async function measurePgbench(connections: number) {
-    await runPgbench({ url, connections, seconds: options.warmup })
-    return runPgbench({ url, connections, seconds: options.seconds })
+  /**
+   * pgbench's single-row inserts (or 30-row ones: `batched`) after a warm-up, with rows per
+   * second and PostgreSQL's CPU per row.
+   */
+  async function measurePgbench(connections: number, { batched = false } = {}) {
+    await runPgbench({ url, connections, seconds: options.warmup, batched })
+    const dbBefore = await databaseCpuSeconds()
+    const p = await runPgbench({ url, connections, seconds: options.seconds, batched })
+    const rows = batched ? batchedRows : 1
+    const dbCpuUs = (((await databaseCpuSeconds()) - dbBefore) * 1e6) / (p.transactions * rows)
+    return { ...p, rowsPerSecond: p.tps * rows, dbCpuUs }
   }
 
   /** The same load against two services, interleaved, `rounds` rounds; stops both after. */
@@ -129,7 +163,7 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     return m
   }
 
-  return { options, url, sql, token, load, measure, measurePgbench, compare }
+  return { options, url, sql, token, load, measure, measurePgbench, compare, databaseCpuSeconds }
 }
 
 /** The shared bench a phase runs in. */

@@ -20,16 +20,33 @@ writeFileSync(
   script,
   "\\set id random(1, 9000000000000000000)\nINSERT INTO plants (id, name, tag, created_by) VALUES (:id, 'bench plant', 'bench', 'bench');\n",
 )
-process.on('exit', () => rmSync(script, { force: true }))
+// The database's batched ceiling: 30 rows at random over the int64 range in one statement, of the
+// shape the service sends (a set of rows, ON CONFLICT DO NOTHING), from 2 clients as the service's
+// 2 statements in flight.
+export const batchedRows = 30
+const batchedScript = join(tmpdir(), `plant-store-pgbench-batched-${process.pid}.sql`)
+writeFileSync(
+  batchedScript,
+  `INSERT INTO plants (id, name, tag, created_by) SELECT (random() * 1.8e19 - 9.0e18)::int8, 'bench plant', 'bench', 'bench' FROM generate_series(1, ${batchedRows}) ON CONFLICT (id) DO NOTHING;\n`,
+)
+process.on('exit', () => {
+  rmSync(script, { force: true })
+  rmSync(batchedScript, { force: true })
+})
 
-/** PostgreSQL's own benchmark client: single-row inserts, prepared, `connections` clients. */
+/**
+ * PostgreSQL's own benchmark client: single-row inserts (or 30-row ones), prepared,
+ * `connections` clients.
+ */
 export async function runPgbench(o: {
   url: string
   connections: number
   seconds: number
+  /** 30-row statements (`batchedRows`) instead of single-row inserts. */
+  batched?: boolean
 }): Promise<{ tps: number; latencyMs: number; failed: number; transactions: number }> {
   const args = ['-n', '-M', 'prepared', '-c', String(o.connections), '-j', '2']
-  args.push('-T', String(o.seconds), '-f', script, o.url)
+  args.push('-T', String(o.seconds), '-f', o.batched ? batchedScript : script, o.url)
   const child = spawn('pgbench', args, { stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   child.stdout.on('data', (c: Buffer) => {

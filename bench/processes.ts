@@ -23,6 +23,23 @@ export function cpuSeconds(pid: number): number {
   return own(pid) + children(pid).reduce((sum, c) => sum + own(c), 0)
 }
 
+/**
+ * CPU seconds of a server and all its processes, those that have exited too (a parent that
+ * waits for its children, as PostgreSQL's postmaster does, is credited with their time).
+ */
+export function serverCpuSeconds(pid: number): number {
+  const all = (p: number) => {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) / 100
+    } catch {
+      return 0
+    }
+  }
+  return all(pid) + children(pid).reduce((sum, c) => sum + all(c), 0)
+}
+
 function children(pid: number): number[] {
   const file = `/proc/${pid}/task/${pid}/children`
   return existsSync(file)
@@ -65,17 +82,29 @@ export async function spawnService(
   throw new Error(`${name} did not become ready`)
 }
 
-/** Spawns the bare node:http server of bench/http-ceiling.ts. */
-export async function spawnHttpCeiling(): Promise<Running> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/http-ceiling.ts'], {
+/** Spawns a bench server (`file`, which prints its port on the first line of stdout). */
+async function spawnBenchServer(
+  file: string,
+  name: string,
+  env: Record<string, string> = {},
+): Promise<Running> {
+  const child = spawn(process.execPath, ['--import', 'tsx', file], {
     cwd: root,
+    env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   const port = await new Promise<string>((resolve) =>
     child.stdout?.once('data', (c: Buffer) => resolve(c.toString().trim())),
   )
-  return { child, base: `http://127.0.0.1:${port}`, name: 'HTTP ceiling' }
+  return { child, base: `http://127.0.0.1:${port}`, name }
 }
+
+/** Spawns the bare node:http server of bench/http-ceiling.ts. */
+export const spawnHttpCeiling = () => spawnBenchServer('bench/http-ceiling.ts', 'HTTP ceiling')
+
+/** Spawns the minimal coalescing server of bench/floor-server.ts on the database at `url`. */
+export const spawnFloor = (url: string) =>
+  spawnBenchServer('bench/floor-server.ts', 'floor', { DATABASE_URL: url })
 
 /** Stops a spawned process with SIGTERM and waits for it. */
 export async function stop(r: Running): Promise<void> {
