@@ -35,7 +35,7 @@ describe('a silent network partition between the service and PostgreSQL', () => 
     [60, 'both'],
   ] as const) {
     const what = direction === 'both' ? 'both ways' : "only the database's packets"
-    test(`${seconds} s, ${what}: the first 200 within 5 s of the heal, every create 10 s after it stored, /readyz 503 until creates succeed, nothing lost`, {
+    test(`${seconds} s, ${what}: the first 200 within 5 s of the heal, every create 10 s after it stored, /readyz 503 (answered within 2 s) until creates succeed, nothing lost`, {
       skip,
       timeout: (seconds + 60) * 1000,
     }, async (t) => {

@@ -169,6 +169,13 @@ function assertRecovered(o: Observed): void {
     '/readyz is 503 during the partition',
   )
   assert.ok(during.every((p) => p.message.length > 0))
+  // README, Limits: /readyz answers within 2 s, the partition included (plus the answer's way
+  // back through a busy event loop).
+  const slowestProbe = Math.max(...o.readiness.map((p) => p.answeredAt - p.at))
+  assert.ok(
+    slowestProbe < limits.database.readiness + 1000,
+    `the slowest /readyz took ${Math.round(slowestProbe)} ms`,
+  )
   const readyAgain = o.readiness.find((p) => p.answeredAt > healedAt && p.status === 200)
   assert.ok(readyAgain, '/readyz is 200 again after the heal')
   assert.ok(
