@@ -327,6 +327,23 @@ describe('abuse: limits a client can read', () => {
     assert.equal((await limited.post({ id: uniqueId(), name: 'still welcome' })).status, 200)
   })
 
+  test('each instance counts its own failures: one past AUTH_FAILURE_LIMIT answers 429 while another on the same database still answers 401', async () => {
+    const a = await startTestServer({ after }, { env: { AUTH_FAILURE_LIMIT: '3' } })
+    const b = await startTestServer({ after }, { db: a.db, env: { AUTH_FAILURE_LIMIT: '3' } })
+    const statuses = async (base: string, n: number) => {
+      const out: number[] = []
+      for (let i = 0; i < n; i++) {
+        const res = await badPost(base)
+        await res.arrayBuffer()
+        out.push(res.status)
+      }
+      return out
+    }
+    assert.deepEqual(await statuses(a.base, 5), [401, 401, 401, 429, 429])
+    // The same client, the same window: the other instance has counted nothing yet.
+    assert.deepEqual(await statuses(b.base, 4), [401, 401, 401, 429])
+  })
+
   test('behind a proxy in TRUSTED_PROXIES, the forwarded address is the client: limited on its own and named in the log', async () => {
     const proxied = await startTestServer(
       { after },
