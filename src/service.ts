@@ -5,6 +5,7 @@ import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
+import { plantsWriteShape } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
 import { warnAboutServerSettings } from './db/server-settings.ts'
 import { openStatementSlots } from './db/slots.ts'
@@ -111,7 +112,10 @@ export async function startService(
     cleanups.push(async () => {
       await Promise.all(slots.map((slot) => slot.end()))
     })
+    // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
+    const shape = await plantsWriteShape(sql, log, role === 'single')
     const store = createPlantRepository(slots, storeLimits, {
+      shape,
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(log),
       cutLoose: (slot, ms, sockets) =>

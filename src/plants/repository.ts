@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import type { WriteShape } from '../db/citus.ts'
 import type { StatementSlot } from '../db/slots.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { type Failure, failure } from '../http/errors.ts'
@@ -56,23 +57,44 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
  * them. Later creates of an id in the same batch are decided against what the id ends up
  * holding: retry or 40009.
  */
-export async function storePlants(sql: Sql, batch: readonly NewRow[]): Promise<CreateOutcome[]> {
+export async function storePlants(
+  sql: Sql,
+  batch: readonly NewRow[],
+  shape: WriteShape = 'unnest',
+): Promise<CreateOutcome[]> {
   const first = new Map<string, NewRow>()
   for (const row of batch) {
     const key = row.plant.id.toString()
     if (!first.has(key)) first.set(key, row)
   }
   const unique = [...first.values()]
-  const inserted = await sql<{ id: string }[]>`
-    insert into plants (id, name, tag, created_by)
-    select * from unnest(
-      ${unique.map((r) => r.plant.id.toString())}::int8[],
-      ${unique.map((r) => r.plant.name)}::text[],
-      ${unique.map((r) => r.plant.tag ?? null)}::text[],
-      ${unique.map((r) => r.createdBy)}::text[]
-    )
-    on conflict (id) do nothing
-    returning id::text`
+  const inserted =
+    shape === 'values'
+      ? await sql<{ id: string }[]>`
+          insert into plants ${sql(
+            unique.map((r) => ({
+              id: r.plant.id.toString(),
+              name: r.plant.name,
+              tag: r.plant.tag ?? null,
+              created_by: r.createdBy,
+            })),
+            'id',
+            'name',
+            'tag',
+            'created_by',
+          )}
+          on conflict (id) do nothing
+          returning id::text`
+      : await sql<{ id: string }[]>`
+          insert into plants (id, name, tag, created_by)
+          select * from unnest(
+            ${unique.map((r) => r.plant.id.toString())}::int8[],
+            ${unique.map((r) => r.plant.name)}::text[],
+            ${unique.map((r) => r.plant.tag ?? null)}::text[],
+            ${unique.map((r) => r.createdBy)}::text[]
+          )
+          on conflict (id) do nothing
+          returning id::text`
   const created = new Set(inserted.map((r) => r.id))
   const stored = new Map<string, Stored>()
   for (const [key, r] of first) {
@@ -90,7 +112,7 @@ export async function storePlants(sql: Sql, batch: readonly NewRow[]): Promise<C
       const row = stored.get(key)
       // Neither inserted nor found: deleted in between; try that create again on its own.
       if (row === undefined) {
-        const [again] = await storePlants(sql, [r])
+        const [again] = await storePlants(sql, [r], shape)
         if (again === undefined) throw new Error('a create got no outcome')
         return again
       }
@@ -110,6 +132,8 @@ export type StoreHooks = Omit<
   readonly readOnly?: (sql: Sql) => void
   /** A slot's connection was cut loose: no answer for `ms`. */
   readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
+  /** The statement batches are sent as (`plantsWriteShape`): unnest unless Citus distributes plants. */
+  readonly shape?: WriteShape
 }
 
 /**
@@ -122,7 +146,7 @@ export type StoreHooks = Omit<
 export function createPlantRepository(
   slots: readonly StatementSlot[],
   limits: BatchLimits = contractLimits.batch,
-  { cutLoose = () => {}, readOnly = () => {}, ...hooks }: StoreHooks = {},
+  { cutLoose = () => {}, readOnly = () => {}, shape = 'unnest', ...hooks }: StoreHooks = {},
 ): PlantStore {
   if (slots.length < limits.maxInFlight)
     throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
@@ -133,7 +157,7 @@ export function createPlantRepository(
   }
   const stuckAfterMs = contractLimits.database.cutLoose
   const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch),
+    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch, shape),
     limits,
     {
       ...hooks,
