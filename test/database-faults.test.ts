@@ -186,4 +186,18 @@ describe('database faults', () => {
     )
     assert.equal((await s.post({ id: uniqueId(), name: 'fine' })).status, 200)
   })
+
+  test("Citus's worker lost mid-transaction (XX000, 'failure on connection marked as essential') is 503/50301 with Retry-After, never 500", async () => {
+    const s = await startTestServer({ after })
+    // The error as a Citus coordinator raises it, from a real server.
+    await s.db.sql.unsafe(`
+      create function lose_worker() returns trigger language plpgsql as $$
+      begin raise exception 'failure on connection marked as essential: 127.0.0.1:9702' using errcode = 'XX000'; end $$;
+      create trigger lose_worker before insert on plants for each row when (new.name = 'lost') execute function lose_worker();`)
+    const res = await s.post({ id: uniqueId(), name: 'lost' })
+    assert.equal(res.status, 503)
+    assert.equal(res.headers.get('retry-after'), '1')
+    assert.equal(((await res.json()) as { error: number }).error, 50301)
+    assert.equal((await s.post({ id: uniqueId(), name: 'fine' })).status, 200)
+  })
 })

@@ -49,13 +49,27 @@ function isTransientSqlState(code: string): boolean {
   )
 }
 
+/**
+ * Citus reports a worker lost in the middle of a distributed transaction without a SQLSTATE of
+ * its own (XX000, internal error): "failure on connection marked as essential: host:port". The
+ * transaction was rolled back or its outcome is unknown, as with any lost connection; a retry is
+ * safe (the id is the idempotency key).
+ */
+function isCitusWorkerLost(code: string, message: unknown): boolean {
+  return (
+    code === 'XX000' &&
+    typeof message === 'string' &&
+    message.startsWith('failure on connection marked as essential')
+  )
+}
+
 /** Whether an error thrown by the driver means the database is unavailable for now. */
 export function isUnavailable(err: unknown): boolean {
   if (err instanceof DatabaseUnavailable) return true
   if (typeof err !== 'object' || err === null) return false
-  const code = (err as { code?: unknown }).code
+  const { code, message } = err as { code?: unknown; message?: unknown }
   if (typeof code !== 'string') return false
-  return connectionCodes.has(code) || isTransientSqlState(code)
+  return connectionCodes.has(code) || isTransientSqlState(code) || isCitusWorkerLost(code, message)
 }
 
 /**
