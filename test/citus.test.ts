@@ -1,0 +1,225 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+import postgres from 'postgres'
+import { limits } from '../src/limits.ts'
+import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
+import { runNpm } from './helpers/cli.ts'
+import { driveCreates } from './helpers/drive.ts'
+import { startServiceProcess, tokenFor } from './helpers/process.ts'
+import { within } from './helpers/wait.ts'
+
+// The plant store on a real Citus cluster (docs/scaling.md, Citus): Debian's PostgreSQL 15 with
+// Citus 13.2.2 built by .ci/citus.sh, a coordinator and two workers on 127.0.0.1, the commands
+// run as an operator runs them. Without Citus these tests skip with one line saying how to
+// enable them; in CI they never skip.
+
+const missing = citusUnavailable()
+const skip = missing !== undefined && process.env.CI === undefined ? missing : false
+if (skip) process.stderr.write(`test/citus.test.ts: skipped: ${missing}\n`)
+
+const post = (base: string, token: string, body: unknown) =>
+  fetch(`${base}/plants`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+
+describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
+  let cluster: CitusCluster
+  // The cluster lives for the whole suite: its cleanups run after the last test, last first.
+  const cleanups: (() => unknown)[] = []
+  after(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup()
+  })
+
+  before(async () => {
+    if (missing) throw new Error(missing)
+    cluster = await startCitusCluster({ after: (fn) => void cleanups.push(fn) })
+    const migrated = await runNpm('migrate', [], { DATABASE_URL: cluster.coordinator.url })
+    assert.equal(migrated.code, 0, migrated.stderr)
+  })
+
+  test('npm run migrate on an empty coordinator makes plants distributed by id and leaves api_tokens local; down 1 and up again keep it distributed', async () => {
+    const distributed = async () =>
+      (
+        await cluster.sql<{ table: string; column: string }[]>`
+          select logicalrelid::text as table, column_to_column_name(logicalrelid, partkey) as column
+          from pg_dist_partition`
+      ).map((r) => `${r.table}:${r.column}`)
+    assert.deepEqual(await distributed(), ['plants:id'])
+    const down = await runNpm('migrate', ['down', '1'], { DATABASE_URL: cluster.coordinator.url })
+    assert.equal(down.code, 0, down.stderr)
+    assert.deepEqual(await distributed(), [], 'down 1 makes plants local again, rows kept')
+    const up = await runNpm('migrate', [], { DATABASE_URL: cluster.coordinator.url })
+    assert.equal(up.code, 0, up.stderr)
+    assert.deepEqual(await distributed(), ['plants:id'])
+  })
+
+  test('the service logs the VALUES path and holds the contract: create, retry, 40009, ids at ±2^63, one winner of a 50-way race, rows on both workers', async () => {
+    const s = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    assert.ok(
+      s.lines.some((l) => String(l.message).startsWith('plants is distributed on Citus')),
+      JSON.stringify(s.lines.map((l) => l.message)),
+    )
+    const token = await tokenFor(cluster.sql, s.base, 'citus-contract')
+    const id = 7_000_000_001n
+    assert.equal((await post(s.base, token, { id: Number(id), name: 'fern' })).status, 200)
+    const retry = await post(s.base, token, `{"id":${id},"name":"fern"}`)
+    assert.equal(retry.status, 200)
+    assert.deepEqual(await retry.json(), { name: 'fern' })
+    const conflict = await post(s.base, token, `{"id":${id},"name":"moss"}`)
+    assert.equal(conflict.status, 400)
+    assert.equal(((await conflict.json()) as { error: number }).error, 40009)
+    for (const edge of ['9223372036854775807', '-9223372036854775808']) {
+      const res = await post(s.base, token, `{"id":${edge},"name":"edge"}`)
+      assert.equal(res.status, 200, edge)
+    }
+    const [edges] = await cluster.sql<{ n: number }[]>`
+      select count(*)::int as n from plants
+      where id in (9223372036854775807, -9223372036854775808)`
+    assert.equal(edges?.n, 2)
+    // 50 creates of one id, each with another name: exactly one is stored and answered 200.
+    const raced = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        post(s.base, token, `{"id":424242,"name":"racer ${i}"}`).then((r) => r.status),
+      ),
+    )
+    assert.equal(raced.filter((x) => x === 200).length, 1, JSON.stringify(raced))
+    assert.equal(raced.filter((x) => x === 400).length, 49)
+    // Enough rows that both workers hold some.
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        post(s.base, token, { id: 8_000_000 + i * 7919, name: `spread ${i}` }),
+      ),
+    )
+    const perNode = await cluster.sql<{ port: number; rows: number }[]>`
+      select s.nodeport as port, sum(r.result::int)::int as rows
+      from run_command_on_shards('plants', 'select count(*) from %s') r
+      join citus_shards s using (shardid)
+      group by s.nodeport`
+    for (const w of cluster.workers) {
+      const rows = perNode.find((n) => n.port === w.port)?.rows ?? 0
+      assert.ok(rows > 0, `the worker on ${w.port} holds ${rows} rows: ${JSON.stringify(perNode)}`)
+    }
+  })
+
+  test("the service's VALUES batch is routed per shard: Citus plans it as tasks, with no pull to the coordinator", async () => {
+    const sql = cluster.sql
+    const rows = [1, 2, 3].map((i) => ({
+      id: String(9_100_000 + i),
+      name: `planned ${i}`,
+      tag: null,
+      created_by: 'test',
+    }))
+    const plan = (
+      await sql<{ 'QUERY PLAN': string }[]>`
+        explain insert into plants ${sql(rows, 'id', 'name', 'tag', 'created_by')}
+        on conflict (id) do nothing returning id::text`
+    )
+      .map((r) => r['QUERY PLAN'])
+      .join('\n')
+    assert.match(plan, /Citus Adaptive/)
+    // One task per shard the 3 rows fall on, on the workers that hold them.
+    assert.match(plan, /Task Count: [123]\n/)
+    assert.doesNotMatch(plan, /pull to coordinator|intermediate/i)
+    const lookup = (
+      await sql<{ 'QUERY PLAN': string }[]>`
+        explain select id::text, name, tag from plants
+        where id = any(${rows.map((r) => r.id)}::int8[])`
+    )
+      .map((r) => r['QUERY PLAN'])
+      .join('\n')
+    assert.match(lookup, /Citus Adaptive/)
+    assert.doesNotMatch(lookup, /pull to coordinator|intermediate/i)
+  })
+
+  test('a token made and revoked with npm run token takes effect on the running service within 1 s', async () => {
+    const s = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    const env = { DATABASE_URL: cluster.coordinator.url }
+    const made = await runNpm('token', ['create', 'citus-operator'], env)
+    assert.equal(made.code, 0, made.stderr)
+    const token = made.stdout.trim()
+    const accepted = await within(1000, async () => {
+      const res = await post(s.base, token, { id: 9_200_001, name: 'by token' })
+      return res.status === 200
+    })
+    assert.ok(accepted <= 1000)
+    const revoked = await runNpm('token', ['revoke', 'citus-operator'], env)
+    assert.equal(revoked.code, 0, revoked.stderr)
+    await within(1000, async () => {
+      const res = await post(s.base, token, { id: 9_200_002, name: 'by token' })
+      return res.status === 401
+    })
+  })
+
+  test('a coordinator where plants is still local: the service warns once at start with the SQL to run, and serves', async () => {
+    const admin = postgres(cluster.coordinator.url.replace(/\/plants$/, '/postgres'), {
+      max: 1,
+      onnotice: () => {},
+    })
+    await admin`create database plants_local`
+    await admin.end()
+    const url = cluster.coordinator.url.replace(/\/plants$/, '/plants_local')
+    // Migrated before citus was installed in it: plants stays local.
+    const migrated = await runNpm('migrate', [], { DATABASE_URL: url })
+    assert.equal(migrated.code, 0, migrated.stderr)
+    const local = postgres(url, { max: 1, onnotice: () => {} })
+    await local`create extension citus`
+    await local.end()
+    const s = await startServiceProcess('node', { DATABASE_URL: url }, { after })
+    const warnings = s.lines.filter((l) => String(l.message).startsWith('plants is a local table'))
+    assert.equal(warnings.length, 1)
+    assert.match(String(warnings[0]?.message), /create_distributed_table\('plants', 'id'\)/)
+  })
+
+  test('one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; 200 within 5 s of its restart', async (t) => {
+    const s = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    const token = await tokenFor(cluster.sql, s.base, 'citus-faults')
+    const drive = driveCreates(s.base, token, { concurrency: 8, pauseMs: 5 })
+    await new Promise((r) => setTimeout(r, 1500))
+    const worker = cluster.workers[1]
+    assert.ok(worker)
+    await worker.stop()
+    const stoppedAt = performance.now()
+    await new Promise((r) => setTimeout(r, 10_000))
+    await worker.start()
+    const restartedAt = performance.now()
+    let firstOk = Number.NaN
+    await within(5000, async () => {
+      const ok = drive.answers.find((a) => a.sentAt > restartedAt && a.status === 200)
+      if (ok) firstOk = ok.answeredAt - restartedAt
+      return ok !== undefined
+    })
+    await new Promise((r) => setTimeout(r, 1000))
+    await drive.stop()
+    const statuses = Object.fromEntries(drive.statuses)
+    const during = drive.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < restartedAt)
+    t.diagnostic(
+      `while the worker was down: ${during.filter((a) => a.status === 200).length} of ${during.length} creates 200; first 200 ${Math.round(firstOk)} ms after its restart; all: ${JSON.stringify(statuses)}`,
+    )
+    assert.deepEqual(
+      Object.keys(statuses).filter((x) => x !== '200' && x !== '503'),
+      [],
+      JSON.stringify(statuses),
+    )
+    assert.ok((drive.statuses.get(503) ?? 0) > 0, 'some creates were refused while it was down')
+    assert.ok(drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'))
+    assert.ok(
+      drive.slowestMs < limits.database.request + 1500,
+      `the slowest answer took ${drive.slowestMs} ms`,
+    )
+    assert.ok(firstOk < 5000, `first 200 ${firstOk} ms after the restart`)
+  })
+})
