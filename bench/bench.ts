@@ -70,11 +70,11 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     target: { base: string },
     connections: number,
     seconds: number,
-    { randomIds = options.randomIds } = {},
+    { randomIds = options.randomIds, token: as = token } = {},
   ) {
     const r = await runWrk({
       url: target.base,
-      token,
+      token: as,
       connections,
       seconds,
       firstId: nextId,

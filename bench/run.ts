@@ -1,5 +1,5 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
-//                  --only ceilings,levels,observability,pgbouncer,flat[,baseline][,growth]
+//                  --only ceilings,levels,observability,pgbouncer,flat[,baseline][,growth][,citus]
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -17,6 +17,9 @@
 //   default): the service and pgbench on an empty table and on the full one, ids at random, a
 //   checkpoint before each run, with WAL bytes per row; --embedded-settings default runs the
 //   embedded PostgreSQL with PostgreSQL's own settings instead of those for a growing table;
+// - citus (not in the default set; needs .ci/citus.sh): the service on a Citus coordinator with
+//   two workers, pgbench on the same coordinator, and the service on a plain PostgreSQL 15, with
+//   the worker connections each run opened;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -37,6 +40,7 @@ import { type BenchOptions, createBench, say } from './bench.ts'
 import { renderBatchChart, renderChart } from './chart.ts'
 import { pgbenchPath, pgbenchVersion } from './pgbench.ts'
 import { ceilingsPhase } from './phases/ceilings.ts'
+import { citusPhase } from './phases/citus.ts'
 import { flatPhase } from './phases/flat.ts'
 import { growthPhase } from './phases/growth.ts'
 import { levelsPhase } from './phases/levels.ts'
@@ -169,6 +173,7 @@ if (service) {
 
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))
+if (parts.has('citus')) results.citus = await citusPhase(bench)
 
 const outDir = join(root, 'bench-results')
 await mkdir(outDir, { recursive: true })

@@ -46,12 +46,16 @@ async function postgresUser(): Promise<{ uid: number; gid: number } | undefined>
   return { uid: await id('-u'), gid: await id('-g') }
 }
 
-/** Starts a coordinator and two workers, each with `citus` in the `plants` database. */
-export async function startCitusCluster(t: Cleanup): Promise<CitusCluster> {
+/**
+ * Starts PostgreSQL 15 servers in a new temporary folder, each with a `plants` database: `node`
+ * starts one, with Citus loaded or not. `fsync` off (the tests) or on (the bench).
+ */
+async function postgres15(t: Cleanup, { fsync = false } = {}) {
   const { dir } = await tempDir(t, 'plant-store-citus-')
   const user = await postgresUser()
   const asPostgres = user ?? {}
-  const node = async (name: string): Promise<CitusNode> => {
+  if (user) await chown(dir, user.uid, user.gid)
+  const node = async (name: string, citus = true): Promise<CitusNode> => {
     const data = join(dir, name)
     const port = await freePort()
     await run(join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], {
@@ -59,7 +63,11 @@ export async function startCitusCluster(t: Cleanup): Promise<CitusCluster> {
     })
     await appendFile(
       join(data, 'postgresql.conf'),
-      `shared_preload_libraries = 'citus'\nlisten_addresses = '127.0.0.1'\nport = ${port}\nmax_connections = 300\nfsync = off\nunix_socket_directories = ''\ncitus.node_conninfo = 'sslmode=disable'\n`,
+      `listen_addresses = '127.0.0.1'\nport = ${port}\nmax_connections = 300\nunix_socket_directories = ''\nfsync = ${fsync ? 'on' : 'off'}\n${
+        citus
+          ? "shared_preload_libraries = 'citus'\ncitus.node_conninfo = 'sslmode=disable'\ncitus.enable_stat_counters = on\n"
+          : ''
+      }`,
     )
     let child: ChildProcess | undefined
     let exited: Promise<unknown> = Promise.resolve()
@@ -95,22 +103,35 @@ export async function startCitusCluster(t: Cleanup): Promise<CitusCluster> {
       await exited
     })
     await start()
-    return { port, url, stop, start }
-  }
-  if (user) await chown(dir, user.uid, user.gid)
-  const coordinator = await node('coordinator')
-  const workers = [await node('worker1'), await node('worker2')]
-  for (const n of [coordinator, ...workers]) {
-    const admin = postgres(`postgres://postgres@127.0.0.1:${n.port}/postgres`, {
+    const admin = postgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
       max: 1,
       onnotice: () => {},
     })
     await admin`create database plants`
     await admin.end()
-    const db = postgres(n.url, { max: 1, onnotice: () => {} })
-    await db`create extension citus`
-    await db.end()
+    if (citus) {
+      const db = postgres(url, { max: 1, onnotice: () => {} })
+      await db`create extension citus`
+      await db.end()
+    }
+    return { port, url, stop, start }
   }
+  return node
+}
+
+/** A plain PostgreSQL 15 (Debian's), beside the cluster: the same server without Citus. */
+export async function startPostgres15(t: Cleanup, options = { fsync: false }): Promise<CitusNode> {
+  return (await postgres15(t, options))('plain', false)
+}
+
+/** Starts a coordinator and two workers, each with `citus` in the `plants` database. */
+export async function startCitusCluster(
+  t: Cleanup,
+  options = { fsync: false },
+): Promise<CitusCluster> {
+  const node = await postgres15(t, options)
+  const coordinator = await node('coordinator')
+  const workers = [await node('worker1'), await node('worker2')]
   const sql = postgres(coordinator.url, { max: 4, onnotice: () => {} })
   t.after(() => sql.end({ timeout: 5 }))
   await sql`select citus_set_coordinator_host('127.0.0.1', ${coordinator.port})`
