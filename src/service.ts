@@ -5,7 +5,7 @@ import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { plantsWriteShape } from './db/citus.ts'
+import { plantsWriteShape, shardGroups } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
 import { warnAboutServerSettings } from './db/server-settings.ts'
 import { openStatementSlots } from './db/slots.ts'
@@ -116,6 +116,7 @@ export async function startService(
     const shape = await plantsWriteShape(sql, log, role === 'single')
     const store = createPlantRepository(slots, storeLimits, {
       shape,
+      ...(shape === 'values' && { groupOf: await shardGroups(sql) }),
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(log),
       cutLoose: (slot, ms, sockets) =>

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import postgres from 'postgres'
+import { hashInt8, shardGroups } from '../src/db/citus.ts'
 import { limits } from '../src/limits.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { runNpm } from './helpers/cli.ts'
@@ -137,6 +138,33 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.doesNotMatch(lookup, /pull to coordinator|intermediate/i)
   })
 
+  test("the service's hash of an id is Citus's own (worker_hash), at the int64 edges and 500 ids at random", async () => {
+    const ids = [
+      '0',
+      '1',
+      '-1',
+      '4294967296',
+      '-4294967297',
+      '9223372036854775807',
+      '-9223372036854775808',
+    ]
+    for (let i = 0; i < 500; i++)
+      ids.push(
+        String(
+          BigInt.asIntN(
+            64,
+            BigInt(Math.floor(Math.random() * 2 ** 53)) * 2_147_483_647n + BigInt(i),
+          ),
+        ),
+      )
+    const rows = await cluster.sql<{ id: string; hash: number }[]>`
+      select x as id, worker_hash(x::int8) as hash from unnest(${ids}::text[]) x`
+    assert.deepEqual(
+      rows.filter((r) => hashInt8(BigInt(r.id)) !== r.hash).map((r) => r.id),
+      [],
+    )
+  })
+
   test('a token made and revoked with npm run token takes effect on the running service within 1 s', async () => {
     const s = await startServiceProcess(
       'node',
@@ -180,7 +208,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.match(String(warnings[0]?.message), /create_distributed_table\('plants', 'id'\)/)
   })
 
-  test('one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; 200 within 5 s of its restart', async (t) => {
+  test("one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
     const s = await startServiceProcess(
       'node',
       { DATABASE_URL: cluster.coordinator.url },
@@ -215,6 +243,22 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       JSON.stringify(statuses),
     )
     assert.ok((drive.statuses.get(503) ?? 0) > 0, 'some creates were refused while it was down')
+    // Creates whose rows the live worker holds go on: from a second after the stop until the
+    // restart, every create refused was for the stopped worker's shards.
+    const groupOf = await shardGroups(cluster.sql)
+    const [stopped] = await cluster.sql<{ group: number }[]>`
+      select groupid as group from pg_dist_node where nodeport = ${worker.port}`
+    const liveRefused = drive.unavailable.filter(
+      (p, i) =>
+        (drive.unavailableAt[i] ?? 0) > stoppedAt + 1000 &&
+        (drive.unavailableAt[i] ?? 0) < restartedAt &&
+        groupOf(BigInt(p.id)) !== stopped?.group,
+    )
+    assert.deepEqual(
+      liveRefused.map((p) => p.id),
+      [],
+      "creates for the live worker's shards refused",
+    )
     assert.ok(drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'))
     assert.ok(
       drive.slowestMs < limits.database.request + 1500,

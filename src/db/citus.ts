@@ -32,7 +32,7 @@ export async function plantsWriteShape(sql: Sql, log: Log, say = true): Promise<
   if (dist?.distributed) {
     if (say)
       log.info(
-        'plants is distributed on Citus: creates go as one multi-row INSERT … VALUES per batch, which Citus routes to the shards its rows fall on',
+        'plants is distributed on Citus: each batch of creates goes as one multi-row INSERT … VALUES per worker that holds its rows, each routed by Citus to its shards',
       )
     return 'values'
   }
@@ -41,4 +41,55 @@ export async function plantsWriteShape(sql: Sql, log: Log, say = true): Promise<
       `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql} (npm run migrate does this on a new database)`,
     )
   return 'unnest'
+}
+
+const rot = (x: number, k: number) => ((x << k) | (x >>> (32 - k))) >>> 0
+
+/**
+ * PostgreSQL's hashint8, which Citus hashes an int8 distribution column with (`worker_hash`),
+ * as a signed 32-bit integer: the fold of the two halves into one, then Bob Jenkins's
+ * hash_uint32 (src/common/hashfn.c).
+ */
+export function hashInt8(value: bigint): number {
+  const lo = Number(BigInt.asUintN(32, value))
+  const hi = Number(BigInt.asUintN(32, value >> 32n))
+  const k = (value >= 0n ? lo ^ hi : lo ^ ~hi) >>> 0
+  let a = (0x9e3779b9 + 4 + 3923095) >>> 0
+  let b = a
+  let c = a
+  a = (a + k) >>> 0
+  c = ((c ^ b) - rot(b, 14)) >>> 0
+  a = ((a ^ c) - rot(c, 11)) >>> 0
+  b = ((b ^ a) - rot(a, 25)) >>> 0
+  c = ((c ^ b) - rot(b, 16)) >>> 0
+  a = ((a ^ c) - rot(c, 4)) >>> 0
+  b = ((b ^ a) - rot(a, 14)) >>> 0
+  c = ((c ^ b) - rot(b, 24)) >>> 0
+  return c | 0
+}
+
+/**
+ * Which worker (its group id) holds the shard of an id, from Citus's metadata as it is now:
+ * batches are split by it so that each statement commits on one worker. A shard moved later
+ * only makes a statement span two workers again, never wrong: Citus routes every row itself.
+ */
+export async function shardGroups(sql: Sql): Promise<(id: bigint) => number> {
+  const ranges = await sql<{ min: number; max: number; group: number }[]>`
+    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group
+    from pg_dist_shard s join pg_dist_placement p using (shardid)
+    where s.logicalrelid = 'plants'::regclass
+    order by s.shardminvalue::int`
+  return (id) => {
+    const hash = hashInt8(id)
+    let lo = 0
+    let hi = ranges.length - 1
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1
+      const r = ranges[mid] as { min: number; max: number; group: number }
+      if (hash < r.min) hi = mid - 1
+      else if (hash > r.max) lo = mid + 1
+      else return r.group
+    }
+    return -1
+  }
 }

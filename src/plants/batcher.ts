@@ -70,7 +70,9 @@ const pastDeadline = () =>
  * any other failure is retried one item at a time, so one bad item fails only itself.
  */
 export function createBatcher<I, O>(
-  storeBatch: (items: readonly I[], slot: number) => Promise<O[]>,
+  // An Error among the outcomes fails that item alone (a part of the batch that was sent as a
+  // statement of its own and failed, as on a Citus worker that is down).
+  storeBatch: (items: readonly I[], slot: number) => Promise<(O | Error)[]>,
   limits: BatchLimits,
   {
     statementRan = () => {},
@@ -90,6 +92,7 @@ export function createBatcher<I, O>(
   async function storeAlone(item: I, slot: number): Promise<O> {
     const [outcome] = await storeBatch([item], slot)
     if (outcome === undefined) throw new Error('an item got no outcome')
+    if (outcome instanceof Error) throw outcome
     return outcome
   }
 
@@ -158,7 +161,8 @@ export function createBatcher<I, O>(
       statementRan(batch.length, (performance.now() - started) / 1000)
       batch.forEach((p, i) => {
         const outcome = outcomes[i]
-        if (outcome) p.resolve(outcome)
+        if (outcome instanceof Error) p.reject(outcome)
+        else if (outcome) p.resolve(outcome)
         else p.reject(new Error('an item got no outcome'))
       })
     } catch (err) {

@@ -57,50 +57,96 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
  * them. Later creates of an id in the same batch are decided against what the id ends up
  * holding: retry or 40009.
  */
+/** Inserts `rows` as one multi-row VALUES statement; the ids inserted. */
+function insertValues(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }[]> {
+  return sql<{ id: string }[]>`
+    insert into plants ${sql(
+      rows.map((r) => ({
+        id: r.plant.id.toString(),
+        name: r.plant.name,
+        tag: r.plant.tag ?? null,
+        created_by: r.createdBy,
+      })),
+      'id',
+      'name',
+      'tag',
+      'created_by',
+    )}
+    on conflict (id) do nothing
+    returning id::text`
+}
+
+/**
+ * On Citus with `groupOf` (which worker holds an id's shard): one VALUES statement per worker, so
+ * that each commits on one worker, and a worker that is down fails only the creates whose rows
+ * it holds (their outcome is the error). Otherwise one statement for all. Throws when every
+ * statement failed.
+ */
+async function insertRouted(
+  sql: Sql,
+  rows: readonly NewRow[],
+  groupOf: (id: bigint) => number,
+): Promise<{ inserted: { id: string }[]; failed: Map<string, Error> }> {
+  const groups = new Map<number, NewRow[]>()
+  for (const r of rows) {
+    const group = groupOf(r.plant.id)
+    const list = groups.get(group)
+    if (list) list.push(r)
+    else groups.set(group, [r])
+  }
+  const parts = [...groups.values()]
+  const settled = await Promise.allSettled(parts.map((part) => insertValues(sql, part)))
+  const inserted: { id: string }[] = []
+  const failed = new Map<string, Error>()
+  settled.forEach((result, i) => {
+    if (result.status === 'fulfilled') inserted.push(...result.value)
+    else
+      for (const r of parts[i] ?? [])
+        failed.set(
+          r.plant.id.toString(),
+          result.reason instanceof Error ? result.reason : new Error(String(result.reason)),
+        )
+  })
+  if (failed.size === rows.length) throw [...failed.values()][0]
+  return { inserted, failed }
+}
+
 export async function storePlants(
   sql: Sql,
   batch: readonly NewRow[],
   shape: WriteShape = 'unnest',
-): Promise<CreateOutcome[]> {
+  groupOf?: (id: bigint) => number,
+): Promise<(CreateOutcome | Error)[]> {
   const first = new Map<string, NewRow>()
   for (const row of batch) {
     const key = row.plant.id.toString()
     if (!first.has(key)) first.set(key, row)
   }
   const unique = [...first.values()]
-  const inserted =
-    shape === 'values'
-      ? await sql<{ id: string }[]>`
-          insert into plants ${sql(
-            unique.map((r) => ({
-              id: r.plant.id.toString(),
-              name: r.plant.name,
-              tag: r.plant.tag ?? null,
-              created_by: r.createdBy,
-            })),
-            'id',
-            'name',
-            'tag',
-            'created_by',
-          )}
-          on conflict (id) do nothing
-          returning id::text`
-      : await sql<{ id: string }[]>`
-          insert into plants (id, name, tag, created_by)
-          select * from unnest(
-            ${unique.map((r) => r.plant.id.toString())}::int8[],
-            ${unique.map((r) => r.plant.name)}::text[],
-            ${unique.map((r) => r.plant.tag ?? null)}::text[],
-            ${unique.map((r) => r.createdBy)}::text[]
-          )
-          on conflict (id) do nothing
-          returning id::text`
+  let failed = new Map<string, Error>()
+  let inserted: { id: string }[]
+  if (shape === 'values' && groupOf !== undefined) {
+    const routed = await insertRouted(sql, unique, groupOf)
+    inserted = routed.inserted
+    failed = routed.failed
+  } else if (shape === 'values') inserted = await insertValues(sql, unique)
+  else
+    inserted = await sql<{ id: string }[]>`
+      insert into plants (id, name, tag, created_by)
+      select * from unnest(
+        ${unique.map((r) => r.plant.id.toString())}::int8[],
+        ${unique.map((r) => r.plant.name)}::text[],
+        ${unique.map((r) => r.plant.tag ?? null)}::text[],
+        ${unique.map((r) => r.createdBy)}::text[]
+      )
+      on conflict (id) do nothing
+      returning id::text`
   const created = new Set(inserted.map((r) => r.id))
   const stored = new Map<string, Stored>()
   for (const [key, r] of first) {
     if (created.has(key)) stored.set(key, { name: r.plant.name, tag: r.plant.tag ?? null })
   }
-  const existing = [...first.keys()].filter((key) => !created.has(key))
+  const existing = [...first.keys()].filter((key) => !created.has(key) && !failed.has(key))
   if (existing.length > 0) {
     const rows = await sql<(Stored & { id: string })[]>`
       select id::text, name, tag from plants where id = any(${existing}::int8[])`
@@ -109,10 +155,12 @@ export async function storePlants(
   return Promise.all(
     batch.map(async (r) => {
       const key = r.plant.id.toString()
+      const lost = failed.get(key)
+      if (lost !== undefined) return lost
       const row = stored.get(key)
       // Neither inserted nor found: deleted in between; try that create again on its own.
       if (row === undefined) {
-        const [again] = await storePlants(sql, [r], shape)
+        const [again] = await storePlants(sql, [r], shape, groupOf)
         if (again === undefined) throw new Error('a create got no outcome')
         return again
       }
@@ -134,6 +182,8 @@ export type StoreHooks = Omit<
   readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
   /** The statement batches are sent as (`plantsWriteShape`): unnest unless Citus distributes plants. */
   readonly shape?: WriteShape
+  /** On Citus: the worker (group) that holds an id's shard; a batch is sent per worker. */
+  readonly groupOf?: (id: bigint) => number
 }
 
 /**
@@ -146,7 +196,13 @@ export type StoreHooks = Omit<
 export function createPlantRepository(
   slots: readonly StatementSlot[],
   limits: BatchLimits = contractLimits.batch,
-  { cutLoose = () => {}, readOnly = () => {}, shape = 'unnest', ...hooks }: StoreHooks = {},
+  {
+    cutLoose = () => {},
+    readOnly = () => {},
+    shape = 'unnest',
+    groupOf,
+    ...hooks
+  }: StoreHooks = {},
 ): PlantStore {
   if (slots.length < limits.maxInFlight)
     throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
@@ -157,7 +213,7 @@ export function createPlantRepository(
   }
   const stuckAfterMs = contractLimits.database.cutLoose
   const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch, shape),
+    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch, shape, groupOf),
     limits,
     {
       ...hooks,
