@@ -99,6 +99,10 @@ export async function startService(
     // The embedded database gets these settings itself; a DBA's is only told.
     if (!db.owned && role === 'single') await warnAboutServerSettings(sql, log)
     if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
+    // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
+    // Read before the token cache starts, so that start-up queries share one connection.
+    const shape = await plantsWriteShape(sql, log, role === 'single')
+    const groupOf = shape === 'values' ? await shardGroups(sql) : undefined
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
@@ -112,11 +116,9 @@ export async function startService(
     cleanups.push(async () => {
       await Promise.all(slots.map((slot) => slot.end()))
     })
-    // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
-    const shape = await plantsWriteShape(sql, log, role === 'single')
     const store = createPlantRepository(slots, storeLimits, {
       shape,
-      ...(shape === 'values' && { groupOf: await shardGroups(sql) }),
+      ...(groupOf !== undefined && { groupOf }),
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(log),
       cutLoose: (slot, ms, sockets) =>
