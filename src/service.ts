@@ -5,7 +5,7 @@ import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { plantsWriteShape, shardGroups } from './db/citus.ts'
+import { plantsWriteShape, shardPlacements } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
 import { warnAboutServerSettings } from './db/server-settings.ts'
 import { openStatementSlots } from './db/slots.ts'
@@ -102,7 +102,7 @@ export async function startService(
     // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
     // Read before the token cache starts, so that start-up queries share one connection.
     const shape = await plantsWriteShape(sql, log, role === 'single')
-    const groupOf = shape === 'values' ? await shardGroups(sql) : undefined
+    const placementOf = shape === 'values' ? await shardPlacements(sql) : undefined
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
@@ -118,7 +118,7 @@ export async function startService(
     })
     const store = createPlantRepository(slots, storeLimits, {
       shape,
-      ...(groupOf !== undefined && { groupOf }),
+      ...(placementOf !== undefined && { placementOf }),
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(log),
       cutLoose: (slot, ms, sockets) =>

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import postgres from 'postgres'
-import { hashInt8, shardGroups } from '../src/db/citus.ts'
+import { hashInt8, plantsShardCount, shardPlacements, splitByPlacement } from '../src/db/citus.ts'
 import { limits } from '../src/limits.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { runNpm } from './helpers/cli.ts'
@@ -24,6 +24,34 @@ const post = (base: string, token: string, body: unknown) =>
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   })
+
+test("a batch on Citus goes as one statement per worker, or per shard where a worker's part falls on at most 2 of its shards", () => {
+  // Items are [shard, group]: worker 1 holds shards 0 to 3, worker 2 shards 4 to 7.
+  const at = ([shard, group]: readonly [number, number]) => ({ shard, group })
+  const items = [
+    [0, 1],
+    [1, 1],
+    [0, 1],
+    [4, 2],
+    [5, 2],
+    [6, 2],
+    [4, 2],
+  ] as const
+  assert.deepEqual(splitByPlacement(items, at), [
+    [
+      [0, 1],
+      [0, 1],
+    ],
+    [[1, 1]],
+    [
+      [4, 2],
+      [4, 2],
+      [5, 2],
+      [6, 2],
+    ],
+  ])
+  assert.deepEqual(splitByPlacement([], at), [])
+})
 
 describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
   let cluster: CitusCluster
@@ -54,6 +82,33 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const up = await runNpm('migrate', [], { DATABASE_URL: cluster.coordinator.url })
     assert.equal(up.code, 0, up.stderr)
     assert.deepEqual(await distributed(), ['plants:id'])
+  })
+
+  test("npm run migrate distributes plants into 2 shards per worker, or into the DBA's citus.shard_count where it is set", async () => {
+    const env = { DATABASE_URL: cluster.coordinator.url }
+    const shards = async () =>
+      (
+        await cluster.sql<{ nodeport: number; n: number }[]>`
+          select nodeport, count(*)::int as n from citus_shards
+          where table_name = 'plants'::regclass group by nodeport order by nodeport`
+      ).map((r) => r.n)
+    assert.deepEqual(await shards(), [2, 2])
+    assert.equal(
+      await plantsShardCount(cluster.sql),
+      4,
+      'the count the service prints for a local plants',
+    )
+    await cluster.sql`alter database plants set citus.shard_count = 6`
+    try {
+      assert.equal((await runNpm('migrate', ['down', '1'], env)).code, 0)
+      assert.equal((await runNpm('migrate', [], env)).code, 0)
+      assert.deepEqual(await shards(), [3, 3])
+    } finally {
+      await cluster.sql`alter database plants reset citus.shard_count`
+    }
+    assert.equal((await runNpm('migrate', ['down', '1'], env)).code, 0)
+    assert.equal((await runNpm('migrate', [], env)).code, 0)
+    assert.deepEqual(await shards(), [2, 2])
   })
 
   test('the service logs the VALUES path and holds the contract: create, retry, 40009, ids at ±2^63, one winner of a 50-way race, rows on both workers', async () => {
@@ -138,7 +193,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.doesNotMatch(lookup, /pull to coordinator|intermediate/i)
   })
 
-  test("the service's hash of an id is Citus's own (worker_hash), at the int64 edges and 500 ids at random", async () => {
+  test("the service's hash and placement of an id are Citus's own (worker_hash, get_shard_id_for_distribution_column), at the int64 edges and 500 ids at random", async () => {
     const ids = [
       '0',
       '1',
@@ -157,10 +212,30 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
           ),
         ),
       )
-    const rows = await cluster.sql<{ id: string; hash: number }[]>`
-      select x as id, worker_hash(x::int8) as hash from unnest(${ids}::text[]) x`
+    const rows = await cluster.sql<{ id: string; hash: number; shard: string; group: number }[]>`
+      select x as id, worker_hash(x::int8) as hash,
+        get_shard_id_for_distribution_column('plants', x::int8)::text as shard,
+        (select groupid from pg_dist_placement p
+         where p.shardid = get_shard_id_for_distribution_column('plants', x::int8)) as group
+      from unnest(${ids}::text[]) x`
     assert.deepEqual(
       rows.filter((r) => hashInt8(BigInt(r.id)) !== r.hash).map((r) => r.id),
+      [],
+    )
+    // The placement the service splits batches by is Citus's own: shard and worker.
+    const shards = (
+      await cluster.sql<{ shardid: string }[]>`
+        select shardid::text from pg_dist_shard where logicalrelid = 'plants'::regclass
+        order by shardminvalue::int`
+    ).map((r) => r.shardid)
+    const placementOf = await shardPlacements(cluster.sql)
+    assert.deepEqual(
+      rows
+        .filter((r) => {
+          const p = placementOf(BigInt(r.id))
+          return shards[p.shard] !== r.shard || p.group !== r.group
+        })
+        .map((r) => r.id),
       [],
     )
   })
@@ -205,7 +280,23 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const s = await startServiceProcess('node', { DATABASE_URL: url }, { after })
     const warnings = s.lines.filter((l) => String(l.message).startsWith('plants is a local table'))
     assert.equal(warnings.length, 1)
-    assert.match(String(warnings[0]?.message), /create_distributed_table\('plants', 'id'\)/)
+    const message = String(warnings[0]?.message)
+    const printed = /run as its owner: (.*;) \(npm run migrate/.exec(message)?.[1]
+    assert.ok(printed, message)
+    // This database has no worker nodes of its own (Citus's metadata is per database): 2 shards.
+    assert.match(printed, /create_distributed_table\('plants', 'id', shard_count := 2\)/)
+    // The SQL it prints, run as the DBA would, distributes plants as the migration does.
+    const dba = postgres(url, { max: 1, onnotice: () => {} })
+    after(() => dba.end())
+    await dba.unsafe(printed)
+    const [shards] = await dba<{ n: number; nodes: number }[]>`
+      select count(*)::int as n, count(distinct nodeport)::int as nodes
+      from citus_shards where table_name = 'plants'::regclass`
+    assert.equal(shards?.n, 2)
+    const again = await startServiceProcess('node', { DATABASE_URL: url }, { after })
+    assert.ok(
+      again.lines.some((l) => String(l.message).startsWith('plants is distributed on Citus')),
+    )
   })
 
   test("one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
@@ -245,14 +336,14 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.ok((drive.statuses.get(503) ?? 0) > 0, 'some creates were refused while it was down')
     // Creates whose rows the live worker holds go on: from a second after the stop until the
     // restart, every create refused was for the stopped worker's shards.
-    const groupOf = await shardGroups(cluster.sql)
+    const placementOf = await shardPlacements(cluster.sql)
     const [stopped] = await cluster.sql<{ group: number }[]>`
       select groupid as group from pg_dist_node where nodeport = ${worker.port}`
     const liveRefused = drive.unavailable.filter(
       (p, i) =>
         (drive.unavailableAt[i] ?? 0) > stoppedAt + 1000 &&
         (drive.unavailableAt[i] ?? 0) < restartedAt &&
-        groupOf(BigInt(p.id)) !== stopped?.group,
+        placementOf(BigInt(p.id)).group !== stopped?.group,
     )
     assert.deepEqual(
       liveRefused.map((p) => p.id),

@@ -1,5 +1,5 @@
 import type { Sql } from 'postgres'
-import type { WriteShape } from '../db/citus.ts'
+import { type Placement, splitByPlacement, type WriteShape } from '../db/citus.ts'
 import type { StatementSlot } from '../db/slots.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { type Failure, failure } from '../http/errors.ts'
@@ -77,24 +77,17 @@ function insertValues(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }
 }
 
 /**
- * On Citus with `groupOf` (which worker holds an id's shard): one VALUES statement per worker, so
- * that each commits on one worker, and a worker that is down fails only the creates whose rows
- * it holds (their outcome is the error). Otherwise one statement for all. Throws when every
+ * On Citus with `placementOf` (where an id's row lives): one VALUES statement per worker, or per
+ * shard (`splitByPlacement`), so that each commits on one worker, and a worker that is down
+ * fails only the creates whose rows it holds (their outcome is the error). Throws when every
  * statement failed.
  */
 async function insertRouted(
   sql: Sql,
   rows: readonly NewRow[],
-  groupOf: (id: bigint) => number,
+  placementOf: (id: bigint) => Placement,
 ): Promise<{ inserted: { id: string }[]; failed: Map<string, Error> }> {
-  const groups = new Map<number, NewRow[]>()
-  for (const r of rows) {
-    const group = groupOf(r.plant.id)
-    const list = groups.get(group)
-    if (list) list.push(r)
-    else groups.set(group, [r])
-  }
-  const parts = [...groups.values()]
+  const parts = splitByPlacement(rows, (r) => placementOf(r.plant.id))
   const settled = await Promise.allSettled(parts.map((part) => insertValues(sql, part)))
   const inserted: { id: string }[] = []
   const failed = new Map<string, Error>()
@@ -115,7 +108,7 @@ export async function storePlants(
   sql: Sql,
   batch: readonly NewRow[],
   shape: WriteShape = 'unnest',
-  groupOf?: (id: bigint) => number,
+  placementOf?: (id: bigint) => Placement,
 ): Promise<(CreateOutcome | Error)[]> {
   const first = new Map<string, NewRow>()
   for (const row of batch) {
@@ -125,8 +118,8 @@ export async function storePlants(
   const unique = [...first.values()]
   let failed = new Map<string, Error>()
   let inserted: { id: string }[]
-  if (shape === 'values' && groupOf !== undefined) {
-    const routed = await insertRouted(sql, unique, groupOf)
+  if (shape === 'values' && placementOf !== undefined) {
+    const routed = await insertRouted(sql, unique, placementOf)
     inserted = routed.inserted
     failed = routed.failed
   } else if (shape === 'values') inserted = await insertValues(sql, unique)
@@ -160,7 +153,7 @@ export async function storePlants(
       const row = stored.get(key)
       // Neither inserted nor found: deleted in between; try that create again on its own.
       if (row === undefined) {
-        const [again] = await storePlants(sql, [r], shape, groupOf)
+        const [again] = await storePlants(sql, [r], shape, placementOf)
         if (again === undefined) throw new Error('a create got no outcome')
         return again
       }
@@ -182,8 +175,8 @@ export type StoreHooks = Omit<
   readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
   /** The statement batches are sent as (`plantsWriteShape`): unnest unless Citus distributes plants. */
   readonly shape?: WriteShape
-  /** On Citus: the worker (group) that holds an id's shard; a batch is sent per worker. */
-  readonly groupOf?: (id: bigint) => number
+  /** On Citus: where an id's row lives; a batch is sent per worker or per shard. */
+  readonly placementOf?: (id: bigint) => Placement
 }
 
 /**
@@ -200,7 +193,7 @@ export function createPlantRepository(
     cutLoose = () => {},
     readOnly = () => {},
     shape = 'unnest',
-    groupOf,
+    placementOf,
     ...hooks
   }: StoreHooks = {},
 ): PlantStore {
@@ -213,7 +206,8 @@ export function createPlantRepository(
   }
   const stuckAfterMs = contractLimits.database.cutLoose
   const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) => storePlants(slotSql(slot), batch, shape, groupOf),
+    (batch: readonly NewRow[], slot: number) =>
+      storePlants(slotSql(slot), batch, shape, placementOf),
     limits,
     {
       ...hooks,
