@@ -1,3 +1,4 @@
+import os from 'node:os'
 import postgres, { type Sql } from 'postgres'
 import { createToken } from '../../src/auth/token-repository.ts'
 import { migrate } from '../../src/db/migrate.ts'
@@ -6,9 +7,11 @@ import { isFailure } from '../../src/outcome.ts'
 import { citusUnavailable, startCitusCluster, startPostgres15 } from '../../test/helpers/citus.ts'
 import { type Bench, f, median, say } from '../bench.ts'
 import { runPgbench } from '../pgbench.ts'
-import { spawnService, stop } from '../processes.ts'
+import { cpuSeconds, serverCpuSeconds, spawnService, stop } from '../processes.ts'
 
-type Round = Record<string, { rps: number; p99: number; workerConnections: number }>
+/** CPU µs per create: the coordinator's, both workers' (per row they store), and the client's. */
+type Cpu = { coordinatorUs: number; workersUs: number; clientUs: number }
+type Round = Record<string, { rps: number; p99: number; workerConnections: number } & Cpu>
 
 /** Connections the coordinator has opened to its workers so far (citus_stat_counters). */
 async function workerConnections(sql: Sql): Promise<number> {
@@ -50,12 +53,28 @@ export async function citusPhase(bench: Bench) {
       if (isFailure(token)) throw new Error(token.message)
       tokens[name] = token
     }
+    // CPU of the coordinator's and the workers' servers (each postmaster with its backends).
+    const nodeCpu = () => ({
+      coordinator: serverCpuSeconds(cluster.coordinator.pid() ?? 0),
+      workers: cluster.workers.reduce((sum, w) => sum + serverCpuSeconds(w.pid() ?? 0), 0),
+    })
+    const cpuPer = (before: ReturnType<typeof nodeCpu>, client: number, creates: number): Cpu => {
+      const now = nodeCpu()
+      return {
+        coordinatorUs: ((now.coordinator - before.coordinator) / creates) * 1e6,
+        workersUs: ((now.workers - before.workers) / creates) * 1e6,
+        clientUs: (client / creates) * 1e6,
+      }
+    }
+    const [layout] = await cluster.sql<{ shards: number; workers: number }[]>`
+      select count(*)::int as shards, count(distinct nodeport)::int as workers
+      from citus_shards where table_name = 'plants'::regclass`
     const plainSql = postgres(plain.url, { max: 1, onnotice: () => {} })
     cleanups.push(() => plainSql.end())
     const kinds = ['service on Citus', 'pgbench on Citus', 'service on PostgreSQL 15'] as const
     say('')
     say(
-      `citus: a coordinator and two workers (PostgreSQL 15, Citus 13.2.2, fsync on) and a plain PostgreSQL 15 on this machine; 64 connections, ids at random, ${options.warmup} s warm-up + ${options.seconds} s`,
+      `citus: a coordinator and two workers (PostgreSQL 15, Citus 13.2.2, fsync on; plants in ${layout?.shards} shards on ${layout?.workers} workers, as npm run migrate makes it) and a plain PostgreSQL 15 on this machine; 64 connections, ids at random, ${options.warmup} s warm-up + ${options.seconds} s`,
     )
     say(
       `round  ${kinds.map((k) => k.padStart(26)).join('  ')}   (req/s or tx/s, p99 ms, new worker connections)`,
@@ -75,6 +94,7 @@ export async function citusPhase(bench: Bench) {
             seconds: options.warmup,
           })
           const before = await workerConnections(cluster.sql)
+          const cpu = nodeCpu()
           const p = await runPgbench({
             url: cluster.coordinator.url,
             connections: 64,
@@ -84,6 +104,7 @@ export async function citusPhase(bench: Bench) {
             rps: p.tps,
             p99: Number.NaN,
             workerConnections: (await workerConnections(cluster.sql)) - before,
+            ...cpuPer(cpu, Number.NaN, p.tps * options.seconds),
           }
           continue
         }
@@ -93,11 +114,15 @@ export async function citusPhase(bench: Bench) {
           const token = tokens[onCitus ? 'citus' : 'plain'] ?? ''
           await bench.load(service, 64, options.warmup, { randomIds: true, token })
           const before = onCitus ? await workerConnections(cluster.sql) : 0
+          const cpu = nodeCpu()
+          const own = cpuSeconds(service.child.pid ?? 0)
           const r = await bench.load(service, 64, options.seconds, { randomIds: true, token })
+          const creates = r.rps * options.seconds
           got[kind] = {
             rps: r.rps,
             p99: r.p99,
             workerConnections: onCitus ? (await workerConnections(cluster.sql)) - before : 0,
+            ...cpuPer(cpu, cpuSeconds(service.child.pid ?? 0) - own, creates),
           }
           if (r.errors > 0) say(`  ${kind}: ${r.errors} errors`)
         } finally {
@@ -126,11 +151,44 @@ export async function citusPhase(bench: Bench) {
       ),
       citusServicePerPgbench: ratio('service on Citus', 'pgbench on Citus'),
       citusServicePerPlainService: ratio('service on Citus', 'service on PostgreSQL 15'),
+      shards: layout?.shards,
+      cpuUsPerCreate: Object.fromEntries(
+        (['service on Citus', 'pgbench on Citus'] as const).map((k) => [
+          k,
+          Object.fromEntries(
+            (['coordinatorUs', 'workersUs', 'clientUs'] as const).map((c) => [
+              c,
+              median(rounds.map((r) => r[k]?.[c] ?? Number.NaN)),
+            ]),
+          ),
+        ]),
+      ),
     }
     say(
       `citus: the service on Citus ${summary.citusServicePerPgbench.toFixed(2)} × pgbench there (target 1.2), p99 ${summary.medians['service on Citus']?.p99.toFixed(1)} ms (target 50), ${summary.medians['service on Citus']?.workerConnections} new worker connections a run (target at most 20); ${summary.citusServicePerPlainService.toFixed(2)} × the service on plain PostgreSQL 15`,
     )
-    return { rounds, summary }
+    const cpu = summary.cpuUsPerCreate['service on Citus'] as Cpu
+    const pgCpu = summary.cpuUsPerCreate['pgbench on Citus'] as Cpu
+    say(
+      `citus: CPU µs per create (medians): service on Citus: coordinator ${cpu.coordinatorUs.toFixed(0)}, workers ${cpu.workersUs.toFixed(0)}, the service ${cpu.clientUs.toFixed(0)}; pgbench: coordinator ${pgCpu.coordinatorUs.toFixed(0)}, workers ${pgCpu.workersUs.toFixed(0)}`,
+    )
+    // Each node a machine of its own with as many cores as this one; the service's instances on
+    // machines of their own. Creates/s the coordinator, the workers, and every node acting as a
+    // coordinator for its share (service instances each on a worker's URL) could sustain.
+    const cores = os.availableParallelism()
+    const coordinatorLimit = (cores * 1e6) / cpu.coordinatorUs
+    say(
+      `citus: on paper, ${cores} cores a node (CPU-bound, from the medians): workers  workers' limit  coordinator's limit  expected  every node a coordinator for its share`,
+    )
+    const projection = [2, 4, 8, 16].map((workers) => {
+      const workersLimit = (workers * cores * 1e6) / cpu.workersUs
+      const spread = (workers * cores * 1e6) / (cpu.workersUs + cpu.coordinatorUs)
+      say(
+        `citus: ${f(workers, 48)}  ${f(workersLimit, 13)}  ${f(coordinatorLimit, 19)}  ${f(Math.min(workersLimit, coordinatorLimit), 8)}  ${f(spread, 38)}`,
+      )
+      return { workers, workersLimit, coordinatorLimit, spread }
+    })
+    return { rounds, summary, projection }
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup()
   }

@@ -29,6 +29,8 @@ export type CitusNode = {
   readonly url: string
   /** PostgreSQL's immediate shutdown (SIGQUIT), as `pg_ctl stop -m immediate`. */
   stop(): Promise<void>
+  /** The postmaster's process id while it runs (its CPU, with its backends', for the bench). */
+  pid(): number | undefined
   start(): Promise<void>
 }
 
@@ -114,7 +116,7 @@ async function postgres15(t: Cleanup, { fsync = false } = {}) {
       await db`create extension citus`
       await db.end()
     }
-    return { port, url, stop, start }
+    return { port, url, stop, start, pid: () => child?.pid }
   }
   return node
 }
