@@ -1,7 +1,7 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,flat[,baseline][,growth][,citus]
 //                  --baseline DIR --ids sequential|random --rows 40000000
-//                  --embedded-settings growth|default]
+//                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
 // wrk as the load generator (2 threads, keep-alive, one request in flight per connection):
 // - ceilings: at 64 connections, interleaved rounds of pgbench single-row inserts (the
@@ -19,7 +19,8 @@
 //   embedded PostgreSQL with PostgreSQL's own settings instead of those for a growing table;
 // - citus (not in the default set; needs .ci/citus.sh): the service on a Citus coordinator with
 //   two workers, pgbench on the same coordinator, and the service on a plain PostgreSQL 15, with
-//   the worker connections each run opened;
+//   the worker connections each run opened, the CPU per create of each node, and a projection
+//   to more workers; --citus-shards N redistributes plants into N shards first;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -64,6 +65,7 @@ const { values: args } = parseArgs({
     ids: { type: 'string', default: 'sequential' },
     rows: { type: 'string', default: '40000000' },
     'embedded-settings': { type: 'string', default: 'growth' },
+    'citus-shards': { type: 'string' },
   },
 })
 const parts = new Set(args.only.split(','))
@@ -173,7 +175,12 @@ if (service) {
 
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))
-if (parts.has('citus')) results.citus = await citusPhase(bench)
+if (parts.has('citus')) {
+  const shards = args['citus-shards'] === undefined ? undefined : Number(args['citus-shards'])
+  if (shards !== undefined && !(Number.isInteger(shards) && shards > 0))
+    throw new Error(`--citus-shards must be a positive integer, not ${args['citus-shards']}`)
+  results.citus = await citusPhase(bench, shards)
+}
 
 const outDir = join(root, 'bench-results')
 await mkdir(outDir, { recursive: true })

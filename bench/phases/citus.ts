@@ -28,7 +28,7 @@ async function workerConnections(sql: Sql): Promise<number> {
  * interleaved in rounds whose order rotates: req/s, p99, and the worker connections the
  * coordinator opened during each measured run.
  */
-export async function citusPhase(bench: Bench) {
+export async function citusPhase(bench: Bench, shards?: number) {
   const { options } = bench
   const missing = citusUnavailable()
   if (missing) {
@@ -53,6 +53,9 @@ export async function citusPhase(bench: Bench) {
       if (isFailure(token)) throw new Error(token.message)
       tokens[name] = token
     }
+    // --citus-shards N: plants redistributed into N shards, as a DBA would change it.
+    if (shards !== undefined)
+      await cluster.sql`select alter_distributed_table('plants', shard_count := ${shards})`
     // CPU of the coordinator's and the workers' servers (each postmaster with its backends).
     const nodeCpu = () => ({
       coordinator: serverCpuSeconds(cluster.coordinator.pid() ?? 0),
@@ -74,7 +77,7 @@ export async function citusPhase(bench: Bench) {
     const kinds = ['service on Citus', 'pgbench on Citus', 'service on PostgreSQL 15'] as const
     say('')
     say(
-      `citus: a coordinator and two workers (PostgreSQL 15, Citus 13.2.2, fsync on; plants in ${layout?.shards} shards on ${layout?.workers} workers, as npm run migrate makes it) and a plain PostgreSQL 15 on this machine; 64 connections, ids at random, ${options.warmup} s warm-up + ${options.seconds} s`,
+      `citus: a coordinator and two workers (PostgreSQL 15, Citus 13.2.2, fsync on; plants in ${layout?.shards} shards on ${layout?.workers} workers, ${shards === undefined ? 'as npm run migrate makes it' : 'by --citus-shards'}) and a plain PostgreSQL 15 on this machine; 64 connections, ids at random, ${options.warmup} s warm-up + ${options.seconds} s`,
     )
     say(
       `round  ${kinds.map((k) => k.padStart(26)).join('  ')}   (req/s or tx/s, p99 ms, new worker connections)`,
