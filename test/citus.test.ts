@@ -283,6 +283,8 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const message = String(warnings[0]?.message)
     const printed = /run as its owner: (.*;) \(npm run migrate/.exec(message)?.[1]
     assert.ok(printed, message)
+    // The path is chosen at start, so the service running now keeps sending unnest batches.
+    assert.match(message, /then restart the service/)
     // This database has no worker nodes of its own (Citus's metadata is per database): 2 shards.
     assert.match(printed, /create_distributed_table\('plants', 'id', shard_count := 2\)/)
     // The SQL it prints, run as the DBA would, distributes plants as the migration does.

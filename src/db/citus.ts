@@ -54,7 +54,7 @@ export async function plantsWriteShape(sql: Sql, log: Log, say = true): Promise<
   }
   if (say)
     log.warn(
-      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database)`,
+      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database), then restart the service: it chooses how to send creates at start`,
     )
   return 'unnest'
 }
