@@ -134,7 +134,7 @@ export async function citusPhase(bench: Bench, shards?: number) {
       }
       rounds.push(got)
       say(
-        `${f(round, 5)}  ${kinds.map((k) => `${f(got[k]?.rps ?? Number.NaN, 8)} ${f(got[k]?.p99 ?? Number.NaN, 6, 1)} ${f(got[k]?.workerConnections ?? Number.NaN, 6)}`.padStart(26)).join('  ')}`,
+        `${f(round, 5)}  ${kinds.map((k) => `${f(got[k]?.rps ?? Number.NaN, 8)} ${Number.isNaN(got[k]?.p99 ?? Number.NaN) ? '-'.padStart(6) : f(got[k]?.p99 ?? 0, 6, 1)} ${f(got[k]?.workerConnections ?? Number.NaN, 6)}`.padStart(26)).join('  ')}`,
       )
     }
     const med = (k: string, key: 'rps' | 'p99' | 'workerConnections') =>
