@@ -5,7 +5,7 @@ import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { plantsWriteShape, shardPlacements } from './db/citus.ts'
+import { plantsWritePath, watchWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
 import { warnAboutServerSettings } from './db/server-settings.ts'
 import { openStatementSlots } from './db/slots.ts'
@@ -101,8 +101,16 @@ export async function startService(
     if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
     // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
     // Read before the token cache starts, so that start-up queries share one connection.
-    const shape = await plantsWriteShape(sql, log, role === 'single')
-    const placementOf = shape === 'values' ? await shardPlacements(sql) : undefined
+    const citus = await plantsWritePath(sql, log, role === 'single')
+    let writePath = citus.path
+    // On Citus the path is read again every 10 s: distributing plants or moving its shards
+    // needs no restart.
+    if (citus.citus) {
+      const stopWatching = watchWritePath(sql, log, writePath, (p) => {
+        writePath = p
+      })
+      cleanups.push(async () => stopWatching())
+    }
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
@@ -117,8 +125,7 @@ export async function startService(
       await Promise.all(slots.map((slot) => slot.end()))
     })
     const store = createPlantRepository(slots, storeLimits, {
-      shape,
-      ...(placementOf !== undefined && { placementOf }),
+      writePath: () => writePath,
       statementRan: metrics.statementRan,
       readOnly: leaveReadOnlyServer(log),
       cutLoose: (slot, ms, sockets) =>

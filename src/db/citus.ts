@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Log } from '../log.ts'
+import { withDeadline } from './unavailable.ts'
 
 /**
  * The statement a batch of creates is sent as. `unnest`: one `INSERT … SELECT FROM unnest(…)`,
@@ -30,33 +31,110 @@ export const distributePlantsSql = (shards: number) =>
   `SELECT create_distributed_table('plants', 'id', shard_count := ${shards}); SELECT truncate_local_data_after_distributing_table('plants');`
 
 /**
- * Finds out whether plants is a distributed table on a Citus coordinator, and so which shape
- * batches are sent in; `say` logs which (once, at start), and warns when the citus extension is
- * installed but plants is still local, with the SQL to run.
+ * How batches of creates are sent now: the statement's shape and, on a distributed plants, where
+ * each id's row lives. `signature` tells a changed layout (plants distributed or made local
+ * again, a shard moved) from the same one.
  */
-export async function plantsWriteShape(sql: Sql, log: Log, say = true): Promise<WriteShape> {
+export type WritePath = {
+  readonly shape: WriteShape
+  readonly placementOf?: (id: bigint) => Placement
+  readonly signature: string
+}
+
+const localPath: WritePath = { shape: 'unnest', signature: 'local' }
+
+const routedLine = () =>
+  `each batch of creates goes as multi-row INSERT … VALUES statements, one per worker that holds its rows (one per shard where they fall on at most ${shardsPerStatement} of its shards), each routed by Citus to its shards`
+
+/**
+ * Finds out whether plants is a distributed table on a Citus coordinator, and so how batches
+ * are sent; `say` logs which (once, at start), and warns when the citus extension is installed
+ * but plants is still local, with the SQL to run. `citus`: whether the extension is installed,
+ * so whether the path can change later (`watchWritePath`).
+ */
+export async function plantsWritePath(
+  sql: Sql,
+  log: Log,
+  say = true,
+): Promise<{ path: WritePath; citus: boolean }> {
   const [ext] = await sql<{ citus: boolean }[]>`
     select exists (select 1 from pg_extension where extname = 'citus') as citus`
   if (!ext?.citus) {
     if (say) log.info('creates go to plants as one INSERT … SELECT FROM unnest per batch')
-    return 'unnest'
+    return { path: localPath, citus: false }
   }
-  const [dist] = await sql<{ distributed: boolean }[]>`
-    select exists (
-      select 1 from pg_dist_partition where logicalrelid = 'plants'::regclass
-    ) as distributed`
-  if (dist?.distributed) {
-    if (say)
-      log.info(
-        `plants is distributed on Citus: each batch of creates goes as multi-row INSERT … VALUES statements, one per worker that holds its rows (one per shard where they fall on at most ${shardsPerStatement} of its shards), each routed by Citus to its shards`,
-      )
-    return 'values'
-  }
-  if (say)
+  const path = await readWritePath(sql)
+  if (path.shape === 'values') {
+    if (say) log.info(`plants is distributed on Citus: ${routedLine()}`)
+  } else if (say)
     log.warn(
-      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database), then restart the service: it chooses how to send creates at start`,
+      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database); the service then sends creates to its shards within ${writePathCheckMs / 1000} s`,
     )
-  return 'unnest'
+  return { path, citus: true }
+}
+
+/** How often a service on a Citus coordinator reads again how plants is distributed. */
+export const writePathCheckMs = 10_000
+
+/**
+ * Reads how batches must be sent, from Citus's metadata as it is now (the citus extension must be
+ * installed): unnest while plants is local, else VALUES split by where its shards are.
+ */
+export async function readWritePath(sql: Sql): Promise<WritePath> {
+  const ranges = await sql<Range[]>`
+    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group
+    from pg_dist_shard s join pg_dist_placement p using (shardid)
+    join pg_dist_partition d using (logicalrelid)
+    where s.logicalrelid = 'plants'::regclass and d.partmethod = 'h'
+    order by s.shardminvalue::int`
+  if (ranges.length === 0) return localPath
+  return {
+    shape: 'values',
+    placementOf: placementsFrom(ranges),
+    signature: ranges.map((r) => `${r.min}..${r.max}@${r.group}`).join(','),
+  }
+}
+
+/**
+ * Reads the write path again every `everyMs` and hands a changed one to `use`, with a log line:
+ * a DBA who distributes plants, makes it local again or moves its shards needs no restart. A
+ * read that fails (the database away) changes nothing. Returns the stop.
+ */
+export function watchWritePath(
+  sql: Sql,
+  log: Log,
+  initial: WritePath,
+  use: (path: WritePath) => void,
+  everyMs = writePathCheckMs,
+): () => void {
+  let current = initial
+  let reading = false
+  const timer = setInterval(async () => {
+    if (reading) return
+    reading = true
+    try {
+      const next = await withDeadline(readWritePath(sql), everyMs)
+      if (next.signature === current.signature) return
+      if (next.shape === 'values' && current.shape === 'unnest')
+        log.info(`plants is now distributed on Citus: from now on ${routedLine()}`)
+      else if (next.shape === 'values')
+        log.info("plants' shards moved on Citus: batches follow where they are now")
+      else
+        log.warn(
+          'plants is a local table on this Citus coordinator again: creates go as one INSERT … SELECT FROM unnest per batch from now on',
+        )
+      current = next
+      use(next)
+    } catch (err) {
+      log.debug('could not read how plants is distributed', {
+        error: err instanceof Error ? err.message : String(err),
+      })
+    } finally {
+      reading = false
+    }
+  }, everyMs)
+  timer.unref()
+  return () => clearInterval(timer)
 }
 
 const rot = (x: number, k: number) => ((x << k) | (x >>> (32 - k))) >>> 0
@@ -87,18 +165,15 @@ export function hashInt8(value: bigint): number {
 /** Where an id's row lives on Citus: the index of its shard, and the worker (group) holding it. */
 export type Placement = { readonly shard: number; readonly group: number }
 
+type Range = { min: number; max: number; group: number }
+
 /**
- * Where each id's row lives, from Citus's metadata as it is now: batches are split by it so that
- * each statement commits on one worker. A shard moved later only makes a statement span two
- * workers again, never wrong: Citus routes every row itself. An id outside every range (none
- * should be) has shard and group -1.
+ * Where each id's row lives, from shard ranges in order: batches are split by it so that each
+ * statement commits on one worker. A shard moved since only makes a statement span two workers
+ * until the next read (`watchWritePath`), never wrong: Citus routes every row itself. An id
+ * outside every range (none should be) has shard and group -1.
  */
-export async function shardPlacements(sql: Sql): Promise<(id: bigint) => Placement> {
-  const ranges = await sql<{ min: number; max: number; group: number }[]>`
-    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group
-    from pg_dist_shard s join pg_dist_placement p using (shardid)
-    where s.logicalrelid = 'plants'::regclass
-    order by s.shardminvalue::int`
+function placementsFrom(ranges: readonly Range[]): (id: bigint) => Placement {
   const placements = ranges.map((r, shard) => ({ shard, group: r.group }))
   const nowhere = { shard: -1, group: -1 }
   return (id) => {
@@ -107,13 +182,20 @@ export async function shardPlacements(sql: Sql): Promise<(id: bigint) => Placeme
     let hi = ranges.length - 1
     while (lo <= hi) {
       const mid = (lo + hi) >> 1
-      const r = ranges[mid] as { min: number; max: number }
+      const r = ranges[mid] as Range
       if (hash < r.min) hi = mid - 1
       else if (hash > r.max) lo = mid + 1
       else return placements[mid] ?? nowhere
     }
     return nowhere
   }
+}
+
+/** Where each id's row of a distributed plants lives, from Citus's metadata as it is now. */
+export async function shardPlacements(sql: Sql): Promise<(id: bigint) => Placement> {
+  const path = await readWritePath(sql)
+  if (path.placementOf === undefined) throw new Error('plants is not a distributed table')
+  return path.placementOf
 }
 
 /**

@@ -173,10 +173,14 @@ export type StoreHooks = Omit<
   readonly readOnly?: (sql: Sql) => void
   /** A slot's connection was cut loose: no answer for `ms`. */
   readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
-  /** The statement batches are sent as (`plantsWriteShape`): unnest unless Citus distributes plants. */
-  readonly shape?: WriteShape
-  /** On Citus: where an id's row lives; a batch is sent per worker or per shard. */
-  readonly placementOf?: (id: bigint) => Placement
+  /**
+   * How batches are sent, read for each statement (`plantsWritePath`): unnest unless Citus
+   * distributes plants; then VALUES, per worker or per shard by where each id's row lives.
+   */
+  readonly writePath?: () => {
+    readonly shape: WriteShape
+    readonly placementOf?: (id: bigint) => Placement
+  }
 }
 
 /**
@@ -192,8 +196,7 @@ export function createPlantRepository(
   {
     cutLoose = () => {},
     readOnly = () => {},
-    shape = 'unnest',
-    placementOf,
+    writePath = () => ({ shape: 'unnest' as const }),
     ...hooks
   }: StoreHooks = {},
 ): PlantStore {
@@ -206,8 +209,10 @@ export function createPlantRepository(
   }
   const stuckAfterMs = contractLimits.database.cutLoose
   const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) =>
-      storePlants(slotSql(slot), batch, shape, placementOf),
+    (batch: readonly NewRow[], slot: number) => {
+      const { shape, placementOf } = writePath()
+      return storePlants(slotSql(slot), batch, shape, placementOf)
+    },
     limits,
     {
       ...hooks,
