@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # Usage: .ci/citus.sh
 # Builds Citus 13.2.2 for Debian's PostgreSQL 15 once per machine, outside the repository, from
-# ../shared/vendor/citus-13.2.2.tar.gz (its README has the recipe and the one-line build fix), and
-# installs it into PostgreSQL 15's folders. Installs the server and the build dependencies from
+# ../shared/vendor/citus-13.2.2.tar.gz (its README has the recipe and the one-line build fix;
+# a clone elsewhere finds it at /work/shared/vendor, or CITUS_TARBALL names it), and installs it
+# into PostgreSQL 15's folders. Installs the server and the build dependencies from
 # Debian when they are missing. Does nothing when citus.so is already installed. The Citus tests
 # (test/citus.test.ts) use the result; they skip without it, except in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pg=/usr/lib/postgresql/15
-tarball=${CITUS_TARBALL:-../shared/vendor/citus-13.2.2.tar.gz}
 cache=${PLANT_STORE_CI_CACHE:-/var/cache/plant-store-ci}
+# The vendor folder sits beside the working tree (../shared/vendor); a clone made elsewhere, as
+# CI's is, finds it at /work/shared/vendor or in the cache, where a copy is kept once found.
+tarball=${CITUS_TARBALL:-}
+if [ -z "$tarball" ]; then
+  for candidate in ../shared/vendor /work/shared/vendor "$cache"; do
+    if [ -f "$candidate/citus-13.2.2.tar.gz" ]; then
+      tarball=$candidate/citus-13.2.2.tar.gz
+      break
+    fi
+  done
+fi
 
 if [ -f "$pg/lib/citus.so" ]; then
   echo "citus.sh: Citus is installed in $pg"
   exit 0
 fi
-[ -f "$tarball" ] || { echo "citus.sh: no $tarball" >&2; exit 1; }
+[ -n "$tarball" ] && [ -f "$tarball" ] || {
+  echo "citus.sh: no citus-13.2.2.tar.gz in ../shared/vendor, /work/shared/vendor or $cache;" \
+    "set CITUS_TARBALL to its path" >&2
+  exit 1
+}
+mkdir -p "$cache"
+[ -f "$cache/citus-13.2.2.tar.gz" ] || cp "$tarball" "$cache/"
 
 deps=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev liblz4-dev libzstd-dev
   libkrb5-dev libssl-dev libselinux1-dev libxslt1-dev libpam0g-dev libreadline-dev autoconf
