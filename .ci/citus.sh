@@ -10,6 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pg=/usr/lib/postgresql/15
 cache=${PLANT_STORE_CI_CACHE:-/var/cache/plant-store-ci}
+
+if [ -f "$pg/lib/citus.so" ]; then
+  echo "citus.sh: Citus is installed in $pg"
+  exit 0
+fi
 # The vendor folder sits beside the working tree (../shared/vendor); a clone made elsewhere, as
 # CI's is, finds it at /work/shared/vendor or in the cache, where a copy is kept once found.
 tarball=${CITUS_TARBALL:-}
@@ -21,12 +26,7 @@ if [ -z "$tarball" ]; then
     fi
   done
 fi
-
-if [ -f "$pg/lib/citus.so" ]; then
-  echo "citus.sh: Citus is installed in $pg"
-  exit 0
-fi
-[ -n "$tarball" ] && [ -f "$tarball" ] || {
+[ -f "$tarball" ] || {
   echo "citus.sh: no citus-13.2.2.tar.gz in ../shared/vendor, /work/shared/vendor or $cache;" \
     "set CITUS_TARBALL to its path" >&2
   exit 1
