@@ -1,6 +1,7 @@
-import { Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import type { Sql } from 'postgres'
 import type { Log } from '../log.ts'
+import { hostConnector } from './hosts.ts'
 import { createSql, type SqlOptions } from './sql.ts'
 
 /**
@@ -20,76 +21,28 @@ export type StatementSlot = {
   readonly end: () => Promise<void>
 }
 
-/** The driver's view of where to connect (`host` and `port` lists, or a Unix socket `path`). */
-type Target = {
-  readonly host: readonly string[]
-  readonly port: readonly number[]
-  readonly path?: string
-  /** Seconds. */
-  readonly connect_timeout?: number
-}
-
 /**
- * The driver's `socket` option, keeping hold of the sockets it opens so they can be destroyed:
- * the driver itself only ends a socket (a FIN that a partitioned peer never acknowledges), and
- * the kernel keeps retransmitting unacknowledged data for minutes. Hosts of a multi-host URL are
- * taken in turn, as the driver does for each of its connections.
- *
- * A socket is handed over once connected. The driver attaches its listeners only after the
- * promise settles, so an error while connecting (EMFILE, ECONNREFUSED) emitted before that had no
- * listener and ended the process; it now rejects the promise, and the driver fails the statement
- * with it. The driver starts its connect timer only after that too, so the timeout is kept here.
+ * The driver's `socket` option for one slot's pool, keeping hold of the sockets it opens so they
+ * can be destroyed: the driver itself only ends a socket (a FIN that a partitioned peer never
+ * acknowledges), and the kernel keeps retransmitting unacknowledged data for minutes. A cut also
+ * stops a connection attempt still going through the URL's hosts.
  */
-function trackedSockets() {
+function trackedSockets(connector: ReturnType<typeof hostConnector>) {
   const live = new Set<Socket>()
-  let next = 0
-  return {
-    open(target: Target): Promise<Socket> {
+  const attempts = new AbortController()
+  const open = connector.hooks({
+    signal: attempts.signal,
+    opened(socket) {
       // Over TLS the driver hands the socket to tls.connect and drops the listeners on it.
       for (const s of live) if (s.destroyed) live.delete(s)
-      const socket = new Socket()
       live.add(socket)
       socket.once('close', () => live.delete(socket))
-      const i = next++ % target.host.length
-      const host = target.host[i] ?? 'localhost'
-      const port = target.port[i] ?? target.port[0] ?? 5432
-      const where = target.path ?? `${host}:${port}`
-      return new Promise((resolve, reject) => {
-        const fail = (err: Error) => {
-          clearTimeout(timer)
-          socket.off('connect', connected)
-          socket.destroy()
-          reject(err)
-        }
-        const timer = setTimeout(
-          () =>
-            fail(
-              Object.assign(new Error(`connect CONNECT_TIMEOUT ${where}`), {
-                code: 'CONNECT_TIMEOUT',
-              }),
-            ),
-          (target.connect_timeout ?? 30) * 1000,
-        )
-        const closed = () =>
-          fail(Object.assign(new Error(`connect ECONNRESET ${where}`), { code: 'ECONNRESET' }))
-        const connected = () => {
-          clearTimeout(timer)
-          socket.off('error', fail)
-          socket.off('close', closed)
-          resolve(socket)
-        }
-        socket.once('error', fail)
-        socket.once('close', closed)
-        socket.once('connect', connected)
-        if (target.path) socket.connect(target.path)
-        else {
-          socket.connect(port, host)
-          // The driver names the host and port in its connection errors from these.
-          Object.assign(socket, { host, port })
-        }
-      })
     },
+  })
+  return {
+    open,
     cut(reason: Error): number {
+      attempts.abort(reason)
       let open = 0
       for (const s of live) {
         if (!s.destroyed) open++
@@ -108,8 +61,9 @@ export function openStatementSlots(
   count: number,
   options: Omit<SqlOptions, 'max' | 'socket'> = {},
 ): StatementSlot[] {
+  const connector = hostConnector(url)
   const open = () => {
-    const sockets = trackedSockets()
+    const sockets = trackedSockets(connector)
     return { sockets, sql: createSql(url, log, { ...options, max: 1, socket: sockets.open }) }
   }
   return Array.from({ length: count }, () => {

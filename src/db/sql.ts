@@ -1,6 +1,7 @@
 import postgres, { type Sql } from 'postgres'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
+import { hostConnector, type OpenSocket, singleHostUrl } from './hosts.ts'
 
 // The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
 // no array type, so these two are declared here.
@@ -53,14 +54,19 @@ export type SqlOptions = {
   readonly transactionPooler?: boolean
   /** Hears of every connection closed (lost, or idle), e.g. for the metrics. */
   readonly connectionClosed?: () => void
-  /** Opens the sockets itself (the driver's `socket` option), e.g. to destroy them. */
-  // biome-ignore lint/suspicious/noExplicitAny: the driver types this option as any.
-  readonly socket?: (options: any) => Promise<import('node:net').Socket>
+  /**
+   * Opens the sockets itself (the driver's `socket` option), e.g. to destroy them; a
+   * `hostConnector` of the same URL. By default, a `hostConnector` of its own.
+   */
+  readonly socket?: OpenSocket
 }
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
-  return postgres(withPrimaryForReadWrite(url), {
+  // The hosts of a multi-host URL are tried by the socket option, in order, in each connection
+  // attempt (hosts.ts); the driver sees the first only.
+  const socket = options.socket ?? hostConnector(url)
+  return postgres(singleHostUrl(withPrimaryForReadWrite(url)), {
     max: options.max ?? 10,
     ...onePerConnection,
     connect_timeout: limits.database.connect / 1000,
@@ -83,7 +89,8 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     },
     onnotice: (notice) => log.debug('database notice', { notice: notice.message }),
     onclose: () => options.connectionClosed?.(),
-    ...(options.socket && { socket: options.socket }),
+    // The driver's types omit the option.
+    ...({ socket } as object),
   })
 }
 

@@ -1,18 +1,141 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { parseConfig } from '../../src/config.ts'
+import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
 import { bodyOf, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
-import { tokenFor } from '../helpers/process.ts'
+import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import {
   connect,
   makeStandby,
+  pgCtlPromote,
   startPrimaryAndStandby,
   startServer,
+  type Version,
+  versionUnavailable,
 } from '../helpers/replication.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 import { within } from '../helpers/wait.ts'
+
+// PostgreSQL 15 is Debian's, which CI installs (.ci/citus.sh); elsewhere its cases skip with a
+// line saying how to enable them. In CI they never skip.
+function skipVersion(version: Version): string | false {
+  const missing = versionUnavailable(version)
+  if (missing === undefined || process.env.CI !== undefined) return false
+  process.stderr.write(
+    `test/faults/failover.test.ts: PostgreSQL ${version} cases skipped: ${missing}\n`,
+  )
+  return missing
+}
+
+/** A URL listing the servers on `ports` in order, as libpq writes it, for writes. */
+const urlOf = (ports: number[]) =>
+  `postgres://postgres@${ports.map((port) => `127.0.0.1:${port}`).join(',')}/plants?target_session_attrs=read-write`
+
+/**
+ * The failover an operator sees: the service as `npm start` runs it, on a URL listing a primary
+ * and its synchronous standby; 8 clients creating; the primary's postmaster killed with
+ * SIGKILL, the standby promoted 0.6 s later. Then the old primary comes back as a standby of the
+ * new one, in its place in the URL.
+ */
+async function failover(
+  t: { after: (fn: () => unknown) => void },
+  {
+    version,
+    order,
+    promotion,
+  }: { version: Version; order: 'primary first' | 'standby first'; promotion: string },
+) {
+  const { primary, standby, primaryDir, standbyDir, cleanup } = await startPrimaryAndStandby(t, {
+    version,
+  })
+  const ports =
+    order === 'primary first' ? [primary.port, standby.port] : [standby.port, primary.port]
+  const service = await startServiceProcess('node', { DATABASE_URL: urlOf(ports) }, cleanup)
+  const firstSql = connect(primary.port)
+  const token = await tokenFor(firstSql, service.base, 'failover')
+  await firstSql.end()
+
+  const drive = driveCreates(service.base, token, { concurrency: 8 })
+  await new Promise((r) => setTimeout(r, 1500))
+  const killed = performance.now()
+  primary.child.kill('SIGKILL')
+  await primary.exited
+  // An operator (or Patroni) notices and promotes the standby.
+  await new Promise((r) => setTimeout(r, 600))
+  if (promotion === 'pg_ctl promote') await pgCtlPromote(standbyDir, version)
+  else {
+    const promoting = connect(standby.port, 'postgres')
+    await promoting`select pg_promote(true, 30)`
+    await promoting.end()
+  }
+  const promoted = performance.now()
+  await new Promise((r) => setTimeout(r, 6000))
+  await drive.stop()
+
+  const newPrimary = connect(standby.port)
+  cleanup.after(() => newPrimary.end())
+  const statuses = Object.fromEntries(drive.statuses)
+  const firstAfter = drive.acknowledgedAt.find((at) => at > promoted)
+  const summary = `${drive.acknowledged.length} creates answered 200, ${drive.unavailable.length} answered 503; primary killed at 0 ms, standby promoted at ${Math.round(promoted - killed)} ms, first 200 ${firstAfter === undefined ? 'never' : `${Math.round(firstAfter - promoted)} ms`} after the promotion; slowest answer ${Math.round(drive.slowestMs)} ms`
+  process.stderr.write(`# failover, PostgreSQL ${version}, ${order}, ${promotion}: ${summary}\n`)
+  assert.deepEqual(
+    Object.keys(statuses).filter((s) => s !== '200' && s !== '503'),
+    [],
+    `statuses: ${JSON.stringify(statuses)}`,
+  )
+  assert.ok(
+    drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'),
+    'a 503 without Retry-After: 1',
+  )
+  assert.ok(drive.slowestMs < limits.database.request + 1500, summary)
+  assert.deepEqual(await lostAcknowledgements(newPrimary, drive.acknowledged), [], 'lost')
+  assert.ok(firstAfter !== undefined && firstAfter - promoted < 5000, summary)
+  // Each 503 is safe to retry: the same body gets 200, stored once, never 40009.
+  const retried = await retryAll(service.base, token, drive.unavailable.map(bodyOf))
+  assert.ok(
+    retried.every((s) => s === 200),
+    `retries: ${JSON.stringify(retried)}`,
+  )
+  assert.deepEqual(await lostAcknowledgements(newPrimary, drive.unavailable), [])
+  assert.ok(!service.lines.some((l) => l.status === 500), 'a 500 was answered')
+
+  // The old primary comes back as a standby of the new one, in its place in the URL. The
+  // service's connections are dropped (as a restart of the new primary's network would), and a
+  // new instance starts beside it: both write to the new primary only.
+  await makeStandby(primaryDir, standby.port, 'old-primary')
+  await startServer(primaryDir, primary.port, cleanup, version)
+  const readOnly = connect(primary.port, 'postgres')
+  const [{ recovery }] = (await readOnly`select pg_is_in_recovery() as recovery`) as unknown as [
+    { recovery: boolean },
+  ]
+  assert.equal(recovery, true)
+  await newPrimary`select pg_terminate_backend(pid) from pg_stat_activity where application_name like 'plant-store%'`
+  const again = await startServiceProcess('node', { DATABASE_URL: urlOf(ports) }, cleanup)
+  const later = [
+    driveCreates(service.base, token, { concurrency: 4 }),
+    driveCreates(again.base, token, { concurrency: 4 }),
+  ]
+  await new Promise((r) => setTimeout(r, 2000))
+  await Promise.all(later.map((d) => d.stop()))
+  for (const d of later) {
+    assert.deepEqual(
+      [...d.statuses.keys()].filter((s) => s !== 200 && s !== 503),
+      [],
+    )
+    assert.ok(d.acknowledged.length > 0, 'no create answered 200 after the old primary came back')
+    assert.deepEqual(await lostAcknowledgements(newPrimary, d.acknowledged), [])
+  }
+  await readOnly.end()
+  // A write sent to the read-only server would have met 25006.
+  const metReadOnly = [...service.lines, ...again.lines].filter(
+    (l) =>
+      l.reason === 'database error 25006' ||
+      String(l.message).startsWith('a write met a read-only server'),
+  )
+  assert.deepEqual(metReadOnly, [])
+}
 
 /** The service on a URL listing both servers, as libpq writes it; its log lines are kept. */
 async function serviceOn(ports: number[], t: { after: (fn: () => unknown) => void }) {
@@ -39,7 +162,7 @@ async function retryAll(base: string, token: string, bodies: string[]): Promise<
   return statuses
 }
 
-describe('a primary with a synchronous standby (real PostgreSQL 18 servers)', () => {
+describe('a primary with a synchronous standby (real PostgreSQL servers)', () => {
   test('listed standby first, the service migrates on and writes to the primary only; every 200 is on the standby too', async () => {
     const { primary, standby, cleanup } = await startPrimaryAndStandby({ after })
     const service = await serviceOn([standby.port, primary.port], cleanup)
@@ -57,71 +180,14 @@ describe('a primary with a synchronous standby (real PostgreSQL 18 servers)', ()
     assert.deepEqual(await lostAcknowledgements(standbySql, drive.acknowledged), [])
   })
 
-  test('failover: kill -9 the primary under load, promote the standby: nothing acknowledged lost, every 503 safe to retry, 200s within 5 s of the promotion; then the old primary back read-only, listed first', async () => {
-    const { primary, standby, primaryDir, cleanup } = await startPrimaryAndStandby({ after })
-    const service = await serviceOn([primary.port, standby.port], cleanup)
-    const firstSql = connect(primary.port)
-    const token = await tokenFor(firstSql, service.url, 'failover')
-    await firstSql.end()
-
-    const drive = driveCreates(service.url, token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 1500))
-    const killed = performance.now()
-    primary.child.kill('SIGKILL')
-    await primary.exited
-    // An operator (or Patroni) notices and promotes the standby.
-    await new Promise((r) => setTimeout(r, 1000))
-    const promoting = connect(standby.port, 'postgres')
-    await promoting`select pg_promote(true, 30)`
-    const promoted = performance.now()
-    await promoting.end()
-    await new Promise((r) => setTimeout(r, 5000))
-    await drive.stop()
-
-    const newPrimary = connect(standby.port)
-    cleanup.after(() => newPrimary.end())
-    const statuses = Object.fromEntries(drive.statuses)
-    assert.deepEqual(
-      Object.keys(statuses).filter((s) => s !== '200' && s !== '503'),
-      [],
-      `statuses: ${JSON.stringify(statuses)}`,
-    )
-    assert.deepEqual(await lostAcknowledgements(newPrimary, drive.acknowledged), [], 'lost')
-    const firstAfter = drive.acknowledgedAt.find((at) => at > promoted)
-    assert.ok(firstAfter !== undefined && firstAfter - promoted < 5000, 'no 200 within 5 s')
-    // Each 503 is safe to retry: the same body gets 200, stored once, never 40009.
-    const retried = await retryAll(service.url, token, drive.unavailable.map(bodyOf))
-    assert.ok(
-      retried.every((s) => s === 200),
-      `retries: ${JSON.stringify(retried)}`,
-    )
-    assert.deepEqual(await lostAcknowledgements(newPrimary, drive.unavailable), [])
-    const [{ rows }] = (await newPrimary`select count(*)::int as rows from plants`) as unknown as [
-      { rows: number },
-    ]
-    assert.equal(rows, drive.acknowledged.length + drive.unavailable.length)
-    assert.ok(!service.lines.some((l) => l.status === 500), 'a 500 was answered')
-    process.stderr.write(
-      `# failover: ${drive.acknowledged.length} creates answered 200, ${drive.unavailable.length} answered 503 (all 200 on retry), ${rows} rows; primary killed at 0 ms, first 503 ${drive.unavailableAt[0] === undefined ? 'never' : `at ${Math.round(drive.unavailableAt[0] - killed)} ms`}, standby promoted at ${Math.round(promoted - killed)} ms, first 200 ${Math.round((firstAfter ?? Number.NaN) - promoted)} ms after the promotion\n`,
-    )
-
-    // The old primary comes back as a read-only server, first in the URL: a new instance
-    // migrates on and writes to the new primary only.
-    await makeStandby(primaryDir, standby.port, 'old-primary')
-    await startServer(primaryDir, primary.port, cleanup)
-    const readOnly = connect(primary.port, 'postgres')
-    const [{ recovery }] = (await readOnly`select pg_is_in_recovery() as recovery`) as unknown as [
-      { recovery: boolean },
-    ]
-    await readOnly.end()
-    assert.equal(recovery, true)
-    const again = await serviceOn([primary.port, standby.port], cleanup)
-    const later = driveCreates(again.url, token, { concurrency: 4 })
-    await new Promise((r) => setTimeout(r, 1500))
-    await later.stop()
-    assert.deepEqual([...later.statuses.keys()], [200])
-    assert.deepEqual(await lostAcknowledgements(newPrimary, later.acknowledged), [])
-  })
+  for (const version of [15, 18] as const)
+    for (const order of ['primary first', 'standby first'] as const)
+      for (const promotion of ['pg_ctl promote', 'pg_promote()'] as const)
+        test(
+          `failover on PostgreSQL ${version}, the ${order} in DATABASE_URL, promoted by ${promotion}, the service run as npm start runs it: kill -9 of the primary under load, nothing acknowledged lost, every answer 200 or 503 with Retry-After, the first 200 within 5 s of the promotion; the old primary back as a standby gets no write`,
+          { skip: skipVersion(version) },
+          (t) => failover(t, { version, order, promotion }),
+        )
 
   test('a name that still points at a read-only server: 503 with Retry-After, never 500, then 200 within 5 s of it pointing at the primary again', async () => {
     const { primary, standby, cleanup } = await startPrimaryAndStandby({ after })

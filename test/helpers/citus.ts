@@ -13,7 +13,9 @@ import { within } from './wait.ts'
 // .ci/citus.sh from ../shared/vendor/, a coordinator and two workers on 127.0.0.1.
 
 const run = promisify(execFile)
-const bin = process.env.CITUS_PG_BIN || '/usr/lib/postgresql/15/bin'
+/** Debian's PostgreSQL 15 programs (`CITUS_PG_BIN` elsewhere). */
+export const postgres15Bin = process.env.CITUS_PG_BIN || '/usr/lib/postgresql/15/bin'
+const bin = postgres15Bin
 const citusLibrary = join(bin, '..', 'lib', 'citus.so')
 
 /** Why the Citus tests cannot run here, or undefined when they can. */

