@@ -6,6 +6,7 @@ import {
   type ServerResponse,
   STATUS_CODES,
 } from 'node:http'
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { limits } from '../limits.ts'
@@ -113,6 +114,9 @@ export function createHttpServer({
       keepAliveTimeout: limits.http.keepAlive,
       // Node checks the two limits above only this often (30 s by default).
       connectionsCheckingInterval: 500,
+      // Node answers a request without Host 400 itself and then runs a request pipelined behind
+      // it; handle() refuses it instead, in its turn, and closes the connection.
+      requireHostHeader: false,
     },
     accept,
   )
@@ -124,8 +128,16 @@ export function createHttpServer({
   // the checks before the body have passed, so a refusal by the headers is the final answer.
   server.on('checkContinue', accept)
   // What Node's parser refuses (bad framing: 400; headers too large: 431; too slow: 408) never
-  // reaches the routes. Node's own answer carries no headers; this one carries the same as every
-  // other answer: X-Request-Id and nosniff. The connection closes after it.
+  // reaches the routes; nor does a request that is still arriving when the connection has been
+  // silent for `limits.http.stalled` (408). The connection closes after the answer, and nothing
+  // it still holds is run.
+  const refuse = (socket: Duplex, status: number, cause: string) => {
+    const tracked = socket as Duplex & Tracked & { remoteAddress?: string }
+    const conn = tracked[connectionOf]
+    if (conn) closeAfterThis(conn)
+    const requestId = refuseOn(socket, status)
+    log.info('request', { requestId, client: tracked.remoteAddress, status, parserError: cause })
+  }
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const busy = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage
     if (err.code === 'ECONNRESET' || !socket.writable || busy?.headersSent) {
@@ -134,16 +146,15 @@ export function createHttpServer({
     }
     const status =
       err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
-    const requestId = randomUUID()
-    socket.end(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\nX-Content-Type-Options: nosniff\r\nX-Request-Id: ${requestId}\r\n\r\n`,
-    )
-    log.info('request', {
-      requestId,
-      client: (socket as Duplex & { remoteAddress?: string }).remoteAddress,
-      status,
-      parserError: err.code,
-    })
+    refuse(socket, status, err.code ?? 'unknown')
+  })
+  // Silent for `limits.http.stalled`: a request whose headers or body stopped arriving gets 408;
+  // a connection that never sent a byte, or whose client leaves its answer unread, is closed.
+  server.on('timeout', (socket: Socket) => {
+    const current = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
+    const arriving = current === undefined ? socket.bytesRead > 0 : !current.headersSent
+    if (arriving && socket.writable) refuse(socket, 408, 'request stalled')
+    else socket.destroy()
   })
   // accept() failing (EMFILE: out of file handles) must not end the process; the connection is
   // lost, the service goes on.
@@ -167,6 +178,25 @@ async function handle(
   trustedProxies: ReadonlySet<string>,
 ): Promise<void> {
   const started = performance.now()
+  // HTTP/1.1 requires Host (RFC 9112 §3.2); Node's own check is off (see createHttpServer).
+  if (req.headers.host === undefined && req.httpVersion === '1.1') {
+    closeAfterThis(conn)
+    const requestId = randomUUID()
+    res.writeHead(400, {
+      connection: 'close',
+      'content-length': 0,
+      'x-content-type-options': 'nosniff',
+      'x-request-id': requestId,
+    })
+    res.end()
+    log.info('request', {
+      requestId,
+      client: req.socket.remoteAddress,
+      status: 400,
+      parserError: 'no Host',
+    })
+    return
+  }
   const given = req.headers['x-request-id']
   const ctx: RequestContext = {
     requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
@@ -231,6 +261,18 @@ async function handle(
     spanId: trace?.spanId,
     parentSpanId: trace?.parentId,
   })
+}
+
+/**
+ * Writes a bare refusal (no body, `Connection: close`, the headers every answer carries) on a
+ * connection and ends it; returns the request id it carries.
+ */
+function refuseOn(socket: Duplex, status: number): string {
+  const requestId = randomUUID()
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\nX-Content-Type-Options: nosniff\r\nX-Request-Id: ${requestId}\r\n\r\n`,
+  )
+  return requestId
 }
 
 type Answer = {

@@ -64,6 +64,15 @@ describe('abuse: every connection, client and request bounded', () => {
     ['404', () => 'POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello'],
     ['405', () => 'PUT /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello'],
     [
+      "Node's parser refusal of a request without Host (400)",
+      () => `POST /plants HTTP/1.1\r\n${auth}${json}Content-Length: 5\r\n\r\nhello`,
+    ],
+    [
+      "Node's parser refusal of bad framing (two Content-Lengths that differ, 400)",
+      () =>
+        `POST /plants HTTP/1.1\r\nHost: x\r\n${auth}${json}Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello`,
+    ],
+    [
       'Connection: close asked by the client',
       (id) => create(id).replace('Host: x\r\n', 'Host: x\r\nConnection: close\r\n'),
     ],
@@ -77,6 +86,16 @@ describe('abuse: every connection, client and request bounded', () => {
       assert.equal(await stored(behind), false)
     })
   }
+
+  test('a request without Host pipelined between two creates: the first is run, the Host refusal closes the connection, the create behind it is never run', async () => {
+    const [ahead, behind] = [uniqueId(), uniqueId()]
+    const noHost = `GET /healthz HTTP/1.1\r\n\r\n`
+    const statuses = await statusesOf(create(ahead) + noHost + create(behind))
+    assert.deepEqual(statuses, [200, 400])
+    await new Promise((r) => setTimeout(r, 300))
+    assert.equal(await stored(ahead), true)
+    assert.equal(await stored(behind), false)
+  })
 
   test('pipelined creates on a connection that stays open all run, in order', async () => {
     const ids = [uniqueId(), uniqueId(), uniqueId()]

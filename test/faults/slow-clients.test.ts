@@ -19,6 +19,33 @@ describe('slow and greedy clients', { concurrency: true }, () => {
     assert.match(res.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
   })
 
+  test('request headers that stop arriving get 408 with X-Request-Id after 10 s, then the close (README, Limits)', async () => {
+    const socket = await openSocket(s.base)
+    const closed = readUntilClosed(socket)
+    socket.write('POST /plants HTTP/1.1\r\nHost: x\r\n')
+    const res = await closed
+    assert.ok(res.elapsedMs >= 9_500 && res.elapsedMs < 12_500, `cut after ${res.elapsedMs} ms`)
+    assert.equal(res.status, 408)
+    assert.equal(res.headers.connection, 'close')
+    assert.match(res.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
+  })
+
+  test('a body that stops arriving gets 408 with X-Request-Id, then the close, and nothing is stored', async () => {
+    const id = uniqueId()
+    const socket = await openSocket(s.base)
+    const closed = readUntilClosed(socket)
+    const body = JSON.stringify({ id, name: 'stalled' })
+    socket.write(
+      `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${s.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`,
+    )
+    const res = await closed
+    assert.ok(res.elapsedMs >= 9_500 && res.elapsedMs < 12_500, `cut after ${res.elapsedMs} ms`)
+    assert.equal(res.status, 408)
+    assert.equal(res.headers.connection, 'close')
+    assert.match(res.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
+    assert.equal((await s.db.sql`select 1 from plants where id = ${id}`).length, 0)
+  })
+
   test('a whole request that takes over 30 s is cut off', async () => {
     const socket = await openSocket(s.base)
     const closed = readUntilClosed(socket)
@@ -29,6 +56,8 @@ describe('slow and greedy clients', { concurrency: true }, () => {
     const res = await closed
     clearInterval(drip)
     assert.ok(res.elapsedMs >= 29_500 && res.elapsedMs < 32_500, `cut after ${res.elapsedMs} ms`)
+    assert.equal(res.status, 408)
+    assert.match(res.headers['x-request-id'] ?? '', /^[0-9a-f-]{36}$/)
   })
 
   test('an idle keep-alive connection advertises 5 s and is closed 6 s after the answer (README, Limits)', async () => {
