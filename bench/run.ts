@@ -1,5 +1,6 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
-//                  --only ceilings,levels,observability,pgbouncer,flat[,baseline][,growth][,citus]
+//                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
+//                         [,growth][,citus]
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -11,6 +12,8 @@
 //   the service's peak RSS;
 // - observability, pgbouncer: two services side by side (metrics and trace context on/off;
 //   through PgBouncer or not);
+// - scheduling: WORKERS=2, each worker accepting its own connections (the default) against
+//   Node's round robin through the primary;
 // - baseline (with --baseline DIR): this checkout's service against another checkout's;
 // - flat: a 60 s run in 10 s slices, last against first;
 // - growth (not in the default set: it fills a table of --rows random ids, 40 million by
@@ -45,7 +48,12 @@ import { citusPhase } from './phases/citus.ts'
 import { flatPhase } from './phases/flat.ts'
 import { growthPhase } from './phases/growth.ts'
 import { levelsPhase } from './phases/levels.ts'
-import { baselinePhase, observabilityPhase, pgbouncerPhase } from './phases/pairs.ts'
+import {
+  baselinePhase,
+  observabilityPhase,
+  pgbouncerPhase,
+  schedulingPhase,
+} from './phases/pairs.ts'
 import { soakPhase } from './phases/soak.ts'
 import { root, rssMb, spawnService, stop } from './processes.ts'
 import { wrkPath } from './wrk.ts'
@@ -59,7 +67,7 @@ const { values: args } = parseArgs({
     soak: { type: 'string', default: '0' },
     'soak-connections': { type: 'string', default: '8' },
     levels: { type: 'string', default: '16,64,256' },
-    only: { type: 'string', default: 'ceilings,levels,observability,pgbouncer,flat' },
+    only: { type: 'string', default: 'ceilings,levels,observability,pgbouncer,scheduling,flat' },
     node24: { type: 'string', default: '24.21.0' },
     baseline: { type: 'string' },
     ids: { type: 'string', default: 'sequential' },
@@ -154,6 +162,7 @@ if (service && parts.has('levels')) results.levels = levels = await levelsPhase(
 
 if (parts.has('observability')) results.observability = await observabilityPhase(bench)
 if (parts.has('pgbouncer')) results.pgbouncer = await pgbouncerPhase(bench)
+if (parts.has('scheduling')) results.scheduling = await schedulingPhase(bench)
 if (args.baseline !== undefined)
   results.baseline = await baselinePhase(bench, resolve(args.baseline))
 

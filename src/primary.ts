@@ -15,6 +15,14 @@ import { metricsRequest, shared } from './metrics/metrics.ts'
 // revocation reaches every worker), batching and metrics; the primary adds the workers' metrics
 // up for GET /metrics.
 
+// Each worker accepts its connections itself from the shared socket (SCHED_NONE), not from the
+// primary (Node's round robin on Linux). The primary hands a connection to a worker and keeps it
+// open until the worker says it took it; a worker killed meanwhile never says so, and the
+// client waits for ever on a connection nobody serves. A worker's own connections close with it.
+// Node's own NODE_CLUSTER_SCHED_POLICY=rr still chooses round robin (docs/scaling.md).
+if (process.env.NODE_CLUSTER_SCHED_POLICY === undefined)
+  cluster.schedulingPolicy = cluster.SCHED_NONE
+
 /** A worker that died within this long of its start is replaced after a pause, not at once. */
 const quickDeathMs = 5_000
 

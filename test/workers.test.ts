@@ -51,6 +51,56 @@ function post(service: ServiceProcess, token: string, id: number, name = 'worker
   })
 }
 
+/** How one create on a connection of its own ended: a status, a reset, or no end within 15 s. */
+type Ending = { sentAt: number; endedAt: number; outcome: number | 'reset' | 'hung' }
+
+function createOnce(base: string, token: string, id: number): Promise<Ending> {
+  const sentAt = performance.now()
+  return new Promise<Ending>((resolve) => {
+    const end = (outcome: Ending['outcome']) =>
+      resolve({ sentAt, endedAt: performance.now(), outcome })
+    const req = request(
+      `${base}/plants`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      },
+      (res) => {
+        res.resume()
+        res.on('end', () => end(res.statusCode ?? 0))
+        res.on('error', () => end('reset'))
+      },
+    )
+    req.setTimeout(15_000, () => {
+      end('hung')
+      req.destroy()
+    })
+    req.on('error', () => end('reset'))
+    req.end(JSON.stringify({ id, name: 'worker death' }))
+  })
+}
+
+/**
+ * Creates, 8 at a time on connections of their own, until each worker in `workers` has answered
+ * one (at most 400): each worker accepts its own connections, so which one answers is the
+ * kernel's choice, and only concurrent connections are sure to reach both.
+ */
+async function postUntilEach(
+  service: ServiceProcess,
+  token: string,
+  workers: readonly number[],
+): Promise<Answer[]> {
+  const answers: Answer[] = []
+  const seen = () => workers.every((w) => answers.some((a) => a.worker === w))
+  while (!seen() && answers.length < 400)
+    answers.push(
+      ...(await Promise.all(Array.from({ length: 8 }, () => post(service, token, uniqueId())))),
+    )
+  assert.ok(seen(), `workers ${workers} did not all answer in ${answers.length} creates`)
+  return answers
+}
+
 async function startWorkers(db: TestDatabase): Promise<ServiceProcess> {
   return startServiceProcess('node', { DATABASE_URL: db.url, WORKERS: '2' }, { after })
 }
@@ -60,8 +110,7 @@ describe('WORKERS=2', () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
     const token = await tokenFor(db.sql, service.base, `workers-${uniqueId()}`)
-    const answers: Answer[] = []
-    for (let i = 0; i < 10; i++) answers.push(await post(service, token, uniqueId()))
+    const answers = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
     assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([1, 2]))
 
@@ -95,19 +144,14 @@ describe('WORKERS=2', () => {
     const name = `revoked-${uniqueId()}`
     const token = await tokenFor(db.sql, service.base, name)
     // Both workers have verified (and cached) the token.
-    const before: Answer[] = []
-    for (let i = 0; i < 6; i++) before.push(await post(service, token, uniqueId()))
+    const before = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
     assert.deepEqual(new Set(before.map((a) => a.worker)), new Set([1, 2]))
 
     await db.sql`update api_tokens set revoked_at = now() where name = ${name}`
     await new Promise((r) => setTimeout(r, 1000))
-    const afterwards: Answer[] = []
-    for (let i = 0; i < 6; i++) afterwards.push(await post(service, token, uniqueId()))
-    assert.deepEqual(
-      afterwards.map((a) => a.status),
-      Array(6).fill(401),
-    )
+    const afterwards = await postUntilEach(service, token, [1, 2])
+    assert.deepEqual(new Set(afterwards.map((a) => a.status)), new Set([401]))
     assert.deepEqual(new Set(afterwards.map((a) => a.worker)), new Set([1, 2]))
   })
 
@@ -131,13 +175,76 @@ describe('WORKERS=2', () => {
     const death = service.lines.find((l) => /^worker 1 \(pid \d+\) exited/.test(String(l.message)))
     assert.equal(death?.level, 'error')
     assert.equal(death?.signal, 'SIGKILL')
-    const workers = new Set<unknown>()
-    for (let i = 0; i < 6; i++) {
-      const answer = await post(service, token, uniqueId())
-      assert.equal(answer.status, 200)
-      workers.add(answer.worker)
+    const answers = await postUntilEach(service, token, [2, 3])
+    assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
+    assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([2, 3]))
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+  })
+
+  test('a worker killed with SIGKILL under load, each create on a new connection: every request ends at once, answered or reset, none left open; the other worker answers on; the primary replaces it', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const token = await tokenFor(db.sql, service.base, `death-${uniqueId()}`)
+    const endings: Ending[] = []
+    let running = true
+    const loops = Array.from({ length: 8 }, async () => {
+      while (running) endings.push(await createOnce(service.base, token, uniqueId()))
+    })
+    await new Promise((r) => setTimeout(r, 1000))
+    const kills: number[] = []
+    // Each kill is of a worker that is busy: the first two, then their replacements.
+    for (const id of [1, 2]) {
+      const line = service.lines.find(
+        (l) => l.worker === id && String(l.message).startsWith('worker ready'),
+      )
+      assert.ok(line, `no worker ${id}`)
+      kills.push(performance.now())
+      process.kill(Number(line.pid), 'SIGKILL')
+      await within(10_000, async () =>
+        service.lines.some(
+          (l) =>
+            String(l.message).startsWith(`worker `) &&
+            String(l.message).endsWith(`replaces worker ${id}`),
+        ),
+      )
+      await new Promise((r) => setTimeout(r, 1000))
     }
-    assert.deepEqual(workers, new Set([2, 3]))
+    running = false
+    await Promise.all(loops)
+    const tally = (es: Ending[]) =>
+      JSON.stringify(
+        es.reduce<Record<string, number>>((acc, e) => {
+          acc[e.outcome] = (acc[e.outcome] ?? 0) + 1
+          return acc
+        }, {}),
+      )
+    const summary = `${endings.length} creates: ${tally(endings)}; slowest ${Math.round(Math.max(...endings.map((e) => e.endedAt - e.sentAt)))} ms`
+    process.stderr.write(`# worker deaths: ${summary}\n`)
+    for (const e of endings.filter((x) => x.outcome === 'hung'))
+      process.stderr.write(
+        `# hung: sent ${kills.map((k) => Math.round(e.sentAt - k)).join(' / ')} ms after the kills\n`,
+      )
+    assert.deepEqual(
+      endings.filter((e) => e.outcome === 'hung'),
+      [],
+      summary,
+    )
+    // A reset comes at once (the worker's connections close with it), never after a wait.
+    for (const e of endings.filter((x) => x.outcome === 'reset'))
+      assert.ok(e.endedAt - e.sentAt < 2000, `a reset after ${Math.round(e.endedAt - e.sentAt)} ms`)
+    // Nothing but 200 otherwise: the surviving worker's creates are untouched.
+    assert.deepEqual(
+      [...new Set(endings.map((e) => e.outcome))].filter((o) => o !== 200 && o !== 'reset'),
+      [],
+      summary,
+    )
+    // Creates go on between the kills.
+    for (const at of kills)
+      assert.ok(
+        endings.some((e) => e.outcome === 200 && e.sentAt > at && e.sentAt < at + 1000),
+        summary,
+      )
     service.child.kill('SIGTERM')
     assert.equal(await service.exited, 0)
   })

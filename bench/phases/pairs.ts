@@ -16,6 +16,21 @@ export async function observabilityPhase(bench: Bench): Promise<Comparison> {
   )
 }
 
+/**
+ * WORKERS=2 with each worker accepting its own connections (SCHED_NONE, the service's choice)
+ * against Node's round robin through the primary (NODE_CLUSTER_SCHED_POLICY=rr).
+ */
+export async function schedulingPhase(bench: Bench): Promise<Comparison> {
+  return bench.compare(
+    'WORKERS=2 at 64 connections: workers accept (SCHED_NONE, the default) against round robin (NODE_CLUSTER_SCHED_POLICY=rr)',
+    ['none', 'rr'],
+    [
+      await spawnService('none', bench.url, { WORKERS: '2' }),
+      await spawnService('rr', bench.url, { WORKERS: '2', NODE_CLUSTER_SCHED_POLICY: 'rr' }),
+    ],
+  )
+}
+
 /** Through PgBouncer in transaction mode (pool of 8) against straight to PostgreSQL. */
 export async function pgbouncerPhase(bench: Bench): Promise<Comparison | string> {
   const { url, sql } = bench
