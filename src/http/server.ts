@@ -53,7 +53,9 @@ function closeAfterThis(conn: Connection): void {
   conn.closing = true
   conn.waiting.length = 0
 }
-type Tracked = { [connectionOf]?: Connection }
+// The bytes read from a connection when its last answer was handed over.
+const bytesAnswered = Symbol('plant-store bytes read at the last answer')
+type Tracked = { [connectionOf]?: Connection; [bytesAnswered]?: number }
 
 /** The longest path a log line keeps; a longer one is cut and marked with `…`. */
 const loggedPathLength = 256
@@ -75,6 +77,7 @@ export function createHttpServer({
     // The next request of the connection runs once this answer is handed to the system (or
     // the connection is gone): an answer the client does not read holds the rest back.
     res.once('close', () => {
+      ;(req.socket as typeof req.socket & Tracked)[bytesAnswered] = req.socket.bytesRead
       conn.busy = false
       const next = conn.closing ? undefined : conn.waiting.shift()
       if (next) run(conn, next[0], next[1])
@@ -151,8 +154,16 @@ export function createHttpServer({
   // Silent for `limits.http.stalled`: a request whose headers or body stopped arriving gets 408;
   // a connection that never sent a byte, or whose client leaves its answer unread, is closed.
   server.on('timeout', (socket: Socket) => {
-    const current = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
-    const arriving = current === undefined ? socket.bytesRead > 0 : !current.headersSent
+    // Node sets _httpMessage to null once an answer is handed over.
+    const tracked = socket as Socket & Tracked & { _httpMessage?: ServerResponse | null }
+    const current = tracked._httpMessage
+    // After an answer that closes the connection, what the client still sends is never read.
+    const answered = tracked[connectionOf]?.closing === true
+    // Without an answer in progress, a request is arriving if bytes came after the last answer;
+    // otherwise this is the idle keep-alive connection's own time-out.
+    const arriving =
+      !answered &&
+      (current ? !current.headersSent : socket.bytesRead > (tracked[bytesAnswered] ?? 0))
     if (arriving && socket.writable) refuse(socket, 408, 'request stalled')
     else socket.destroy()
   })
