@@ -1,4 +1,6 @@
-import { Socket } from 'node:net'
+import { readFileSync } from 'node:fs'
+import { isIP, Socket } from 'node:net'
+import tls from 'node:tls'
 import postgres from 'postgres'
 import { hostUrls } from './database-url.ts'
 
@@ -17,6 +19,8 @@ export type OpenSocket = (target: Target) => Promise<Socket>
 /** Watches each socket a connection attempt opens; stops the attempt when its signal aborts. */
 export type AttemptHooks = {
   readonly opened?: (socket: Socket) => void
+  /** The socket `raw` is now wrapped by `secure` (TLS), which alone is handed over. */
+  readonly secured?: (raw: Socket, secure: Socket) => void
   readonly signal?: AbortSignal
 }
 
@@ -57,6 +61,9 @@ function connectSocket(
       signal?.removeEventListener('abort', aborted)
       socket.off('error', fail)
       socket.off('close', closed)
+      // For good: the driver drops its listeners when the connection closes, and an error after
+      // that (a write to a socket cut loose) must not end the process.
+      socket.on('error', () => {})
       resolve(socket)
     }
     if (signal?.aborted) return aborted()
@@ -73,17 +80,174 @@ function connectSocket(
   })
 }
 
+/** libpq's `sslmode`: `allow` is taken as `prefer` (TLS when the server offers it). */
+type TlsMode = 'disable' | 'allow' | 'prefer' | 'require' | 'verify-ca' | 'verify-full'
+const tlsModes: readonly TlsMode[] = [
+  'disable',
+  'allow',
+  'prefer',
+  'require',
+  'verify-ca',
+  'verify-full',
+]
+
+/** How a connection is secured: libpq's `sslmode`, `sslrootcert`, `sslcert` and `sslkey`. */
+export type TlsSettings = {
+  readonly mode: TlsMode
+  readonly ca?: Buffer
+  readonly cert?: Buffer
+  readonly key?: Buffer
+}
+
+// The URL's parameters that the connector acts on and the driver must not see: it would send
+// the ones it does not know to the server as settings, which refuses them.
+const tlsParameters = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey', 'sslnegotiation', 'ssl']
+
+/**
+ * The TLS settings of a database URL, as libpq reads them: `sslmode` (`disable` when absent, the
+ * driver's default), `sslrootcert` (a CA file, or `system` for Node's CAs, which
+ * NODE_EXTRA_CA_CERTS extends; `sslmode=verify-full` then), `sslcert` and `sslkey` (a client
+ * certificate). Throws, naming the parameter, for a mode it does not know or a file it cannot read.
+ */
+export function tlsSettingsOf(url: string): TlsSettings {
+  const query = url.includes('?') ? new URLSearchParams(url.slice(url.indexOf('?') + 1)) : undefined
+  const read = (name: string): Buffer | undefined => {
+    const file = query?.get(name)
+    if (!file || (name === 'sslrootcert' && file === 'system')) return undefined
+    try {
+      return readFileSync(file)
+    } catch (err) {
+      throw new Error(`${name} ${file} cannot be read: ${(err as Error).message}`)
+    }
+  }
+  const given =
+    query?.get('sslmode') ?? (query?.get('sslrootcert') === 'system' ? 'verify-full' : 'disable')
+  if (!tlsModes.includes(given as TlsMode))
+    throw new Error(`sslmode ${given} is not one of ${tlsModes.join(', ')}`)
+  const ca = read('sslrootcert')
+  const cert = read('sslcert')
+  const key = read('sslkey')
+  return {
+    mode: given as TlsMode,
+    ...(ca && { ca }),
+    ...(cert && { cert }),
+    ...(key && { key }),
+  }
+}
+
+/** The URL without the TLS parameters, which the connector acts on (`tlsSettingsOf`). */
+export function withoutTlsParameters(url: string): string {
+  const q = url.indexOf('?')
+  if (q === -1) return url
+  const query = new URLSearchParams(url.slice(q + 1))
+  for (const name of tlsParameters) query.delete(name)
+  const rest = query.toString()
+  return rest === '' ? url.slice(0, q) : `${url.slice(0, q)}?${rest}`
+}
+
+// PostgreSQL's SSLRequest: length 8, code 80877103.
+const sslRequest = Buffer.from([0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+
+/**
+ * Secures a connected socket as `settings` ask: an SSLRequest, then a TLS handshake within
+ * `timeoutMs` (verifying the chain for `verify-ca`, the chain and the host for `verify-full`).
+ * A server that refuses TLS gets the plain socket back under `allow` or `prefer`, else an error.
+ * The secure socket keeps a listener for errors for good: the driver drops its own when the
+ * connection closes, and a late write error (a socket cut loose) would otherwise end the process.
+ */
+async function startTls(
+  raw: Socket,
+  host: string,
+  settings: TlsSettings,
+  timeoutMs: number,
+  { secured, signal }: AttemptHooks,
+): Promise<Socket> {
+  const { mode } = settings
+  const within = <T>(work: (resolve: (v: T) => void, reject: (e: Error) => void) => void) =>
+    new Promise<T>((resolve, reject) => {
+      const done = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', aborted)
+      }
+      const fail = (err: Error) => {
+        done()
+        raw.destroy()
+        reject(err)
+      }
+      const aborted = () => fail(failure('aborted', 'ECONNRESET'))
+      const timer = setTimeout(
+        () => fail(failure(`no TLS from ${host} within ${timeoutMs} ms`, 'CONNECT_TIMEOUT')),
+        timeoutMs,
+      )
+      signal?.addEventListener('abort', aborted, { once: true })
+      work((v) => {
+        done()
+        resolve(v)
+      }, fail)
+    })
+  const answer = await within<number>((resolve, reject) => {
+    raw.once('data', (d: Buffer) => resolve(d[0] ?? 0))
+    raw.once('error', reject)
+    raw.once('close', () => reject(failure(`connect ECONNRESET ${host}`, 'ECONNRESET')))
+    raw.write(sslRequest)
+  })
+  raw.removeAllListeners('error')
+  raw.removeAllListeners('close')
+  raw.on('error', () => {})
+  if (answer === 0x4e /* N */) {
+    if (mode === 'allow' || mode === 'prefer') return raw
+    raw.destroy()
+    throw failure(`${host} does not take TLS connections (sslmode=${mode})`, 'ECONNREFUSED')
+  }
+  if (answer !== 0x53 /* S */) {
+    raw.destroy()
+    throw failure(`${host} answered the TLS request with ${answer}`, 'ECONNRESET')
+  }
+  const verify = mode === 'verify-ca' || mode === 'verify-full'
+  const secure = tls.connect({
+    socket: raw,
+    host,
+    ...(isIP(host) ? {} : { servername: host }),
+    rejectUnauthorized: verify,
+    ...(mode === 'verify-full' ? {} : { checkServerIdentity: () => undefined }),
+    ...(settings.ca && { ca: settings.ca }),
+    ...(settings.cert && { cert: settings.cert }),
+    ...(settings.key && { key: settings.key }),
+  })
+  secured?.(raw, secure)
+  secure.on('error', () => {})
+  await within<void>((resolve, reject) => {
+    secure.once('secureConnect', () => resolve())
+    secure.once('error', reject)
+  }).catch((err: unknown) => {
+    secure.destroy()
+    throw err
+  })
+  Object.assign(secure, {
+    host: (raw as Socket & { host?: string }).host ?? host,
+    port: (raw as Socket & { port?: number }).port,
+  })
+  return secure
+}
+
 /**
  * Whether the server at `url` (one host) takes writes: not in recovery, not read-only. A
  * connection of its own, ended at once; within `timeoutMs`, else an error.
  */
-async function isWritable(url: URL, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-  const sql = postgres(url.toString(), {
+async function isWritable(
+  url: URL,
+  open: () => Promise<Socket>,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  const sql = postgres(withoutTlsParameters(url.toString()), {
     max: 1,
     connect_timeout: timeoutMs / 1000,
     fetch_types: false,
     onnotice: () => {},
     connection: { application_name: 'plant-store probe' },
+    // The driver's types omit the option.
+    ...({ socket: open } as object),
   })
   let timer: ReturnType<typeof setTimeout> | undefined
   const abort = () => sql.end({ timeout: 0 }).catch(() => {})
@@ -137,15 +301,27 @@ export function hostConnector(
 ): OpenSocket & { hooks: (h: AttemptHooks) => OpenSocket } {
   const hosts = hostsOf(url)
   const probe = hosts.length > 1 && wantsWritable(url)
+  const settings = tlsSettingsOf(url)
+  // A socket to one host, secured as the URL asks.
+  const openOne = async (
+    where: { host: string; port: number },
+    timeoutMs: number,
+    hooks: AttemptHooks,
+  ) => {
+    const raw = await connectSocket(where, timeoutMs, hooks)
+    return settings.mode === 'disable' ? raw : startTls(raw, where.host, settings, timeoutMs, hooks)
+  }
   const attempt =
     (hooks: AttemptHooks): OpenSocket =>
     async (target) => {
       const timeoutMs = (target.connect_timeout ?? 30) * 1000
-      if (target.path || hosts.length === 0) {
-        const host = target.host[0] ?? 'localhost'
-        const port = target.port[0] ?? 5432
-        return connectSocket(target.path ? { path: target.path } : { host, port }, timeoutMs, hooks)
-      }
+      if (target.path) return connectSocket({ path: target.path }, timeoutMs, hooks)
+      if (hosts.length === 0)
+        return openOne(
+          { host: target.host[0] ?? 'localhost', port: target.port[0] ?? 5432 },
+          timeoutMs,
+          hooks,
+        )
       const problems: string[] = []
       let last: unknown
       for (const host of hosts) {
@@ -155,12 +331,14 @@ export function hostConnector(
           port: Number(host.port || 5432),
         }
         try {
-          if (probe && !(await isWritable(host, timeoutMs, hooks.signal))) {
+          const writable = () =>
+            isWritable(host, () => openOne(where, timeoutMs, {}), timeoutMs, hooks.signal)
+          if (probe && !(await writable())) {
             problems.push(`${host.host} does not take writes`)
             last = failure(`${host.host} does not take writes`, 'ECONNREFUSED')
             continue
           }
-          return await connectSocket(where, timeoutMs, hooks)
+          return await openOne(where, timeoutMs, hooks)
         } catch (err) {
           last = err
           problems.push(`${host.host}: ${err instanceof Error ? err.message : String(err)}`)

@@ -2,9 +2,9 @@ import { readdirSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
-import postgres from 'postgres'
 import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { createLog, type Log } from '../log.ts'
+import { createSql } from './sql.ts'
 
 /** The folder of the plain-SQL migrations. */
 export const migrationsDir = fileURLToPath(new URL('../../migrations/', import.meta.url))
@@ -25,11 +25,15 @@ export function migrationNames(): string[] {
  * when it has no migrations table. Reads only, so a role that may not create tables can ask.
  */
 export async function pendingMigrations(databaseUrl: string): Promise<string[]> {
-  const sql = postgres(databaseUrl, {
-    max: 1,
-    onnotice: () => {},
-    connect_timeout: limits.database.connect / 1000,
-  })
+  // Through createSql: its TLS settings (sslrootcert and its kin) as for every other pool.
+  const sql = createSql(
+    databaseUrl,
+    createLog('error', () => {}),
+    {
+      max: 1,
+      applicationName: 'plant-store migrate',
+    },
+  )
   try {
     const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
       (err: { code?: unknown }) => {
@@ -45,6 +49,16 @@ export async function pendingMigrations(databaseUrl: string): Promise<string[]> 
 }
 
 /**
+ * The URL for node-pg-migrate's `pg`, whose `sslmode=require` (and `prefer`, `verify-ca`)
+ * verifies the certificate as `verify-full` does unless asked for libpq's meaning; the
+ * service's own pools (postgres.js) take libpq's: `require` encrypts without verifying.
+ */
+function withLibpqSslModes(url: string): string {
+  if (!/[?&]sslmode=/.test(url) || /[?&]uselibpqcompat=/.test(url)) return url
+  return `${url}&uselibpqcompat=true`
+}
+
+/**
  * Applies pending migrations (or undoes `count` of them). Concurrent migrators wait for
  * node-pg-migrate's advisory lock instead of failing, so several instances may start at once.
  */
@@ -57,7 +71,7 @@ export async function migrate(
   // node-pg-migrate does not await the end of a client it opens itself, nor listen for its
   // errors: a connection dropped just after a run would crash the process. So it gets ours.
   const client = new pg.Client({
-    connectionString: databaseUrl,
+    connectionString: withLibpqSslModes(databaseUrl),
     application_name: 'plant-store migrate',
     // Until the server is ready for queries: a port that accepts and never answers (a
     // black-holed database) must not hang the start or the commands.

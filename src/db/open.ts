@@ -1,11 +1,12 @@
 import { fileURLToPath } from 'node:url'
-import postgres from 'postgres'
 import type { Config } from '../config.ts'
-import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { createLog, type Log } from '../log.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { migrate, pendingMigrations } from './migrate.ts'
+import { createSql } from './sql.ts'
+
+const quiet = createLog('error', () => {})
 
 /** The project folder's `.data/`, home of the embedded database and the dev token. */
 export const defaultDataDir = fileURLToPath(new URL('../../.data/', import.meta.url))
@@ -75,11 +76,8 @@ export async function primaryUrl(text: string): Promise<string> {
   const problems: string[] = []
   for (const url of urls) {
     url.searchParams.delete('target_session_attrs')
-    const sql = postgres(url.toString(), {
-      max: 1,
-      connect_timeout: limits.database.connect / 1000,
-      onnotice: () => {},
-    })
+    // Through createSql: its TLS settings (sslrootcert and its kin) as for every other pool.
+    const sql = createSql(url.toString(), quiet, { max: 1, applicationName: 'plant-store probe' })
     try {
       const [row] = await sql<{ writable: boolean }[]>`
         select not pg_is_in_recovery() and current_setting('transaction_read_only') = 'off'

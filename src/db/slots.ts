@@ -33,10 +33,16 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
   const open = connector.hooks({
     signal: attempts.signal,
     opened(socket) {
-      // Over TLS the driver hands the socket to tls.connect and drops the listeners on it.
       for (const s of live) if (s.destroyed) live.delete(s)
       live.add(socket)
       socket.once('close', () => live.delete(socket))
+    },
+    // Over TLS the secure socket is the driver's, and the one destroyed: destroying the one
+    // under it as well would end the secure one twice over, once after the driver has let go.
+    secured(raw, secure) {
+      live.delete(raw)
+      live.add(secure)
+      secure.once('close', () => live.delete(secure))
     },
   })
   return {
@@ -46,6 +52,8 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
       let open = 0
       for (const s of live) {
         if (!s.destroyed) open++
+        // The driver may have dropped its listeners already; the error must not end the process.
+        s.on('error', () => {})
         s.destroy(reason)
       }
       live.clear()

@@ -1,7 +1,7 @@
 import postgres, { type Sql } from 'postgres'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
-import { hostConnector, type OpenSocket, singleHostUrl } from './hosts.ts'
+import { hostConnector, type OpenSocket, singleHostUrl, withoutTlsParameters } from './hosts.ts'
 
 // The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
 // no array type, so these two are declared here.
@@ -66,7 +66,8 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
   // The hosts of a multi-host URL are tried by the socket option, in order, in each connection
   // attempt (hosts.ts); the driver sees the first only.
   const socket = options.socket ?? hostConnector(url)
-  return postgres(singleHostUrl(withPrimaryForReadWrite(url)), {
+  // TLS too (sslmode and its kin): the driver is given a plain socket, secured already.
+  return postgres(singleHostUrl(withoutTlsParameters(withPrimaryForReadWrite(url))), {
     max: options.max ?? 10,
     ...onePerConnection,
     connect_timeout: limits.database.connect / 1000,

@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { appendFile, chown, cp, writeFile } from 'node:fs/promises'
+import { appendFile, chmod, chown, cp, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
@@ -8,6 +8,7 @@ import { ensurePostgresUser, freePort } from '../../src/db/embedded.ts'
 import { postgres15Bin } from './citus.ts'
 import type { Cleanup } from './database.ts'
 import { tempDir } from './temp-dir.ts'
+import { makeTestCertificates } from './tls.ts'
 import { within } from './wait.ts'
 
 const run = promisify(execFile)
@@ -123,7 +124,10 @@ export async function pgCtlPromote(dir: string, version: Version): Promise<void>
  * commit returns once the standby has applied it. Both hold the database `plants`. Stopped, and
  * their folder removed, after `t`.
  */
-export async function startPrimaryAndStandby(t: Cleanup, { version = 18 as Version } = {}) {
+export async function startPrimaryAndStandby(
+  t: Cleanup,
+  { version = 18 as Version, tls = false } = {},
+) {
   const { dir, ...tmp } = await tempDir(t, 'plant-store-replicas-')
   const user = await postgresUser()
   if (user) await chown(dir, user.uid, user.gid)
@@ -161,6 +165,25 @@ export async function startPrimaryAndStandby(t: Cleanup, { version = 18 as Versi
       '',
     ].join('\n'),
   )
+  // With `tls`, both servers take TLS (and plain) connections with a certificate of a test CA
+  // for 127.0.0.1, 127.0.0.2 and localhost; the CA's certificate is returned as `caFile`.
+  let caFile: string | undefined
+  if (tls) {
+    const certificates = await makeTestCertificates(dir)
+    caFile = certificates.caFile
+    await cp(certificates.certFile, join(primaryDir, 'server.pem'))
+    await cp(certificates.keyFile, join(primaryDir, 'server.key'))
+    await chmod(join(primaryDir, 'server.key'), 0o600)
+    if (user)
+      await run('chown', [
+        `${user.uid}:${user.gid}`,
+        ...['server.pem', 'server.key'].map((f) => join(primaryDir, f)),
+      ])
+    await appendFile(
+      join(primaryDir, 'postgresql.conf'),
+      "ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\n",
+    )
+  }
   // initdb leaves the cluster cleanly stopped: a copy of it is a standby in the making.
   await cp(primaryDir, standbyDir, { recursive: true, preserveTimestamps: true })
   if (user) await run('chown', ['-R', `${user.uid}:${user.gid}`, standbyDir])
@@ -180,5 +203,5 @@ export async function startPrimaryAndStandby(t: Cleanup, { version = 18 as Versi
   await admin`create database plants`
   await admin.end()
 
-  return { primary, standby, primaryDir, standbyDir, cleanup: tmp }
+  return { primary, standby, primaryDir, standbyDir, caFile, cleanup: tmp }
 }
