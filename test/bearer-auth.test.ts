@@ -1,5 +1,10 @@
 import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
 import { after, describe, test } from 'node:test'
+import { authenticate } from '../src/auth/authenticate.ts'
+import type { TokenCache } from '../src/auth/token-cache.ts'
+import { tokenDigest } from '../src/auth/tokens.ts'
 import { openSocket, rawRequest, readUntilClosed } from './helpers/raw-http.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
@@ -69,6 +74,44 @@ describe('bearer authentication', () => {
       [r.status, r.error, r.challenge],
       [401, 40102, 'Bearer realm="plants", error="invalid_token"'],
     )
+  })
+
+  test('a token of the checksummed shape whose checksum does not match is 401/40102 before any look-up of the token', async () => {
+    const body = s.token.slice(0, -6)
+    const wrong = `${body}${s.token.slice(-6) === '000000' ? '000001' : '000000'}`
+    const r = await withAuthorization(`Bearer ${wrong}`)
+    assert.deepEqual([r.status, r.error], [401, 40102])
+    // authenticate() never asks the token cache about it.
+    const asked: string[] = []
+    const cache = {
+      verify: (t: string) => {
+        asked.push(t)
+        return undefined
+      },
+    } as unknown as TokenCache
+    const request = (token: string) =>
+      ({
+        headers: { authorization: `Bearer ${token}` },
+        rawHeaders: ['Authorization', `Bearer ${token}`],
+      }) as unknown as IncomingMessage
+    assert.equal((authenticate(request(wrong), cache) as { code?: number }).code, 40102)
+    assert.deepEqual(asked, [])
+    authenticate(request(s.token), cache)
+    assert.deepEqual(asked, [s.token])
+  })
+
+  test('a token made before tokens carried a checksum (pst_ and 43 base64url characters) keeps working', async () => {
+    const name = `legacy-${uniqueId()}`
+    const legacy = `pst_${randomBytes(32).toString('base64url')}`
+    await s.db
+      .sql`insert into api_tokens (name, token_sha256) values (${name}, ${tokenDigest(legacy)})`
+    await s.tokens.reload()
+    const res = await fetch(`${s.base}/plants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${legacy}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ id: uniqueId(), name: 'legacy' }),
+    })
+    assert.equal(res.status, 200)
   })
 
   test('a token that is nearly right (last character changed) is 401/40102', async () => {

@@ -39,7 +39,7 @@ async function tokenRoundTrip(
   const name = `operator-${uniqueId()}`
   const created = await runNpm('token', ['create', name], env)
   assert.equal(created.code, 0, created.stderr)
-  assert.match(created.stdout, /^pst_[A-Za-z0-9_-]{43}\n$/)
+  assert.match(created.stdout, /^pst_[0-9A-Za-z]{49}\n$/)
   const token = created.stdout.trim()
   await within(1000, async () => (await status(token)) === 200)
   const listed = await runNpm('token', ['list'], env)

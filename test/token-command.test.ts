@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { after, describe, test } from 'node:test'
+import zlib from 'node:zlib'
 import { runMain } from './helpers/cli.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
@@ -17,7 +18,7 @@ describe('npm run token -- create | list | revoke', () => {
     const name = `cli-${uniqueId()}`
     const { code, stdout } = await runMain(['token', 'create', name], env)
     assert.equal(code, 0)
-    assert.match(stdout, /^pst_[A-Za-z0-9_-]{43}\n$/)
+    assert.match(stdout, /^pst_[0-9A-Za-z]{49}\n$/)
     const token = stdout.trim()
     const [row] = await s.db.sql`select token_sha256 from api_tokens where name = ${name}`
     assert.deepEqual(
@@ -78,12 +79,20 @@ describe('npm run token -- create | list | revoke', () => {
     assert.match(usage.stderr, /usage/)
   })
 
-  test('tokens are at least 256 bits of randomness with the pst_ prefix, all different', async () => {
+  test('tokens are pst_, 43 random base62 characters (256 bits) and their CRC32 in 6 base62 characters, all different', async () => {
     const tokens = new Set<string>()
     for (let i = 0; i < 3; i++)
       tokens.add((await runMain(['token', 'create', `rand-${uniqueId()}`], env)).stdout.trim())
     assert.equal(tokens.size, 3)
-    for (const t of tokens) assert.equal(Buffer.from(t.slice(4), 'base64url').length, 32)
+    const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+    for (const t of tokens) {
+      assert.match(t, /^pst_[0-9A-Za-z]{49}$/)
+      // The checksum, recomputed with zlib's CRC32 as a secret scanner would.
+      let n = zlib.crc32(t.slice(0, -6))
+      let digits = ''
+      for (; n > 0; n = Math.floor(n / 62)) digits = base62[n % 62] + digits
+      assert.equal(t.slice(-6), digits.padStart(6, '0'))
+    }
   })
 
   test('a lost notification is made up by the periodic reload', async () => {

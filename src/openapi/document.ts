@@ -309,7 +309,7 @@ function components() {
         type: 'http',
         scheme: 'bearer',
         description:
-          'RFC 6750 bearer token (`pst_` and 43 base64url characters), issued with `npm run token -- create NAME`. The scheme name is case-insensitive; one space separates it from the token.',
+          'RFC 6750 bearer token (`pst_`, 43 base62 characters and a 6-character base62 CRC32 of what precedes it; tokens issued before the checksum are `pst_` and 43 base64url characters), issued with `npm run token -- create NAME`. A token of the checksummed shape whose checksum does not match is refused (401, 40102) without a look-up. The scheme name is case-insensitive; one space separates it from the token.',
       },
     },
     schemas: {
