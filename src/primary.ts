@@ -1,6 +1,7 @@
 import cluster, { type Worker } from 'node:cluster'
 import { AggregatorRegistry } from 'prom-client'
 import { ensureDevToken } from './auth/dev-token.ts'
+import { warnAboutEverlastingTokens } from './auth/token-repository.ts'
 import type { Config } from './config.ts'
 import type { EmbeddedDatabase } from './db/embedded.ts'
 import { defaultDataDir, prepareDatabase } from './db/open.ts'
@@ -85,13 +86,12 @@ async function prepareOnce(
   let db: EmbeddedDatabase | undefined
   try {
     db = await prepareDatabase(config, log, dataDir)
-    if (db.owned) {
-      const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
-      try {
-        await ensureDevToken(sql, dataDir, log)
-      } finally {
-        await sql.end({ timeout: 5 })
-      }
+    const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
+    try {
+      if (db.owned) await ensureDevToken(sql, dataDir, log)
+      await warnAboutEverlastingTokens(sql, log)
+    } finally {
+      await sql.end({ timeout: 5 })
     }
     return db
   } catch (err) {

@@ -4,6 +4,7 @@ import type { Sql } from 'postgres'
 import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
+import { warnAboutEverlastingTokens } from './auth/token-repository.ts'
 import type { Config } from './config.ts'
 import { plantsWritePath, watchWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
@@ -99,6 +100,9 @@ export async function startService(
     // The embedded database gets these settings itself; a DBA's is only told.
     if (!db.owned && role === 'single') await warnAboutServerSettings(sql, log)
     if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
+    // Once per start (with WORKERS the primary says it, primary.ts), before the token cache
+    // starts: its first reload would otherwise run beside it on a second connection.
+    if (role === 'single') await warnAboutEverlastingTokens(sql, log)
     // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
     // Read before the token cache starts, so that start-up queries share one connection.
     const citus = await plantsWritePath(sql, log, role === 'single')
@@ -114,6 +118,7 @@ export async function startService(
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
+
     goOn()
     // The creates' statements each have a connection of their own, which can be cut loose.
     const storeLimits = batchLimits ?? limits.batch

@@ -64,6 +64,7 @@ const examples: Record<string, How> = {
   },
   // docs/operations.md
   'npm run token -- create NAME': runs('the token commands'),
+  'npm run token -- create NAME --expires-in 30d': runs('the token commands'),
   'TOKEN=$(npm run -s token -- create ci)': runs('the token commands'),
   'npm run token -- list': runs('the token commands'),
   'npm run token -- revoke NAME': runs('the token commands'),
@@ -249,14 +250,17 @@ describe('the examples on a service started as the README says (npm start in a f
     assert.equal(make.code, 0, make.stderr)
     const made = make.stdout.trim().split('\n').at(-1) ?? ''
     assert.match(made, /^pst_/, 'create prints the token on its own line')
-    const quiet = await sh(`${tokens[1]}; printf '%s' "$TOKEN"`, dir)
+    const month = await sh(tokens[1]?.replace('NAME', 'example-month') ?? '', dir)
+    assert.equal(month.code, 0, month.stderr)
+    assert.match(month.stderr, /expiring \S+ \(in 30 days\)/)
+    const quiet = await sh(`${tokens[2]}; printf '%s' "$TOKEN"`, dir)
     assert.equal(quiet.code, 0, quiet.stderr)
     assert.match(quiet.stdout, /^pst_[^\s]+$/, 'with -s the output is the token alone')
-    const listed = await sh(tokens[2] ?? '', dir)
+    const listed = await sh(tokens[3] ?? '', dir)
     assert.equal(listed.code, 0, listed.stderr)
     assert.match(listed.stdout, /example/)
     assert.ok(!listed.stdout.includes(made), 'list never prints a token')
-    const revoked = await sh(tokens[3]?.replace('NAME', 'example') ?? '', dir)
+    const revoked = await sh(tokens[4]?.replace('NAME', 'example') ?? '', dir)
     assert.equal(revoked.code, 0, revoked.stderr)
     // The running service hears of the revocation within 1 s.
     await within(2000, async () => {

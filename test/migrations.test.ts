@@ -43,6 +43,7 @@ describe('migrations', () => {
         'api_tokens.token_sha256 bytea not null',
         'api_tokens.created_at timestamp with time zone not null default now()',
         'api_tokens.revoked_at timestamp with time zone null',
+        'api_tokens.expires_at timestamp with time zone null',
         'plants.id bigint not null',
         'plants.name text not null',
         'plants.tag text null',

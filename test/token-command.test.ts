@@ -58,6 +58,81 @@ describe('npm run token -- create | list | revoke', () => {
     assert.ok(!stdout.includes(token))
   })
 
+  test('create gives a token 90 days by default, or --expires-in, and prints the expiry beside it', async () => {
+    const byDefault = `life-${uniqueId()}`
+    const made = await runMain(['token', 'create', byDefault], env)
+    assert.equal(made.code, 0)
+    assert.match(made.stdout, /^pst_[0-9A-Za-z]{49}\n$/)
+    assert.match(
+      made.stderr,
+      new RegExp(`created token ${byDefault}, expiring \\d{4}-\\S+Z \\(in 90 days\\)`),
+    )
+    const short = `life-${uniqueId()}`
+    const twelve = await runMain(['token', 'create', short, '--expires-in', '12h'], env)
+    assert.match(twelve.stderr, /\(in 12 hours\)/)
+    const rows = await s.db.sql<{ name: string; days: number }[]>`
+      select name, extract(epoch from expires_at - created_at) / 86400 as days
+      from api_tokens where name in (${byDefault}, ${short}) order by days desc`
+    assert.deepEqual(
+      rows.map((r) => [r.name, Math.round(r.days * 24)]),
+      [
+        [byDefault, 90 * 24],
+        [short, 12],
+      ],
+    )
+  })
+
+  test('create refuses more than 365 days, no time at all, or a duration it cannot read: exit 1, one line, nothing created', async () => {
+    for (const given of ['366d', '0s', '3 weeks', '90']) {
+      const name = `refused-${uniqueId()}`
+      const r = await runMain(['token', 'create', name, '--expires-in', given], env)
+      assert.equal(r.code, 1, given)
+      assert.equal(r.stdout, '')
+      assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr)
+      assert.equal((await s.db.sql`select 1 from api_tokens where name = ${name}`).length, 0)
+    }
+    const year = await runMain(
+      ['token', 'create', `year-${uniqueId()}`, '--expires-in', '365d'],
+      env,
+    )
+    assert.equal(year.code, 0)
+  })
+
+  test('create --expires-in never is allowed and warned about', async () => {
+    const name = `never-${uniqueId()}`
+    const r = await runMain(['token', 'create', name, '--expires-in', 'never'], env)
+    assert.equal(r.code, 0)
+    assert.match(r.stderr, /never expires: a leaked copy works until it is revoked/)
+    const [row] = await s.db.sql`select expires_at from api_tokens where name = ${name}`
+    assert.equal(row?.expires_at, null)
+  })
+
+  test('a token whose expiry passes while the service runs is refused within 1 s, 401/40103 with error_description, with no notification', async () => {
+    const name = `expiring-${uniqueId()}`
+    const r = await runMain(['token', 'create', name, '--expires-in', '3s'], env)
+    const token = r.stdout.trim()
+    await within(1000, async () => (await statusWith(token)) === 200)
+    const [row] = await s.db.sql<
+      { at: Date }[]
+    >`select expires_at as at from api_tokens where name = ${name}`
+    const expiresAt = row?.at.getTime() ?? 0
+    // No change to api_tokens at expiry: nothing notifies the instances.
+    await new Promise((done) => setTimeout(done, Math.max(0, expiresAt - Date.now())))
+    const ms = await within(1000, async () => (await statusWith(token)) === 401)
+    assert.ok(ms < 1000)
+    const res = await fetch(`${s.base}/plants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: '{}',
+    })
+    assert.equal(res.status, 401)
+    assert.equal(((await res.json()) as { error: number }).error, 40103)
+    assert.equal(
+      res.headers.get('www-authenticate'),
+      'Bearer realm="plants", error="invalid_token", error_description="the token expired"',
+    )
+  })
+
   test('create refuses a name that exists, even revoked; names are never reused', async () => {
     const name = `dup-${uniqueId()}`
     await runMain(['token', 'create', name], env)
@@ -111,6 +186,6 @@ describe('npm run token -- create | list | revoke', () => {
       await tx`set local session_replication_role = replica`
       await tx`insert into api_tokens (name, token_sha256) values (${name}, ${createHash('sha256').update(token).digest()})`
     })
-    await within(1000, async () => cache.verify(token) === name)
+    await within(1000, async () => cache.verify(token)?.name === name)
   })
 })

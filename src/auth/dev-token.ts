@@ -7,11 +7,14 @@ import { createToken, hasAnyToken } from './token-repository.ts'
 
 /**
  * With the embedded database and no token yet: creates the first token, named dev, saves it in
- * the data folder and logs it, so that a newcomer can make a request at once.
+ * the data folder and logs it, so that a newcomer can make a request at once. It never expires:
+ * it exists only beside the embedded database of this checkout (bound to 127.0.0.1 unless HOST
+ * says otherwise), and the README's commands must work after any time away. The start-up
+ * warning about tokens that never expire names it too.
  */
 export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promise<void> {
   if (await hasAnyToken(sql)) return
-  const created = await createToken(sql, 'dev')
+  const created = await createToken(sql, 'dev', null)
   if (isFailure(created)) return
   const file = join(dataDir, 'dev-token')
   await writeFile(file, `${created}\n`, { mode: 0o600 })

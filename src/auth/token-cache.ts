@@ -7,10 +7,16 @@ import { tokenDigest } from './tokens.ts'
 /** The channel the `api_tokens` trigger notifies on every change. */
 export const tokensChannel = 'api_tokens_changed'
 
+/** A token that is not revoked: its name, and when it expires (`Date.now()` ms; null: never). */
+export type TokenEntry = { readonly name: string; readonly expiresAt: number | null }
+
 /** The valid tokens of this process, by digest; kept current without a query per request. */
 export type TokenCache = {
-  /** The name of the token, or `undefined` when it is unknown or revoked. */
-  readonly verify: (token: string) => string | undefined
+  /**
+   * The token's entry, or `undefined` when it is unknown or revoked. Whether it has expired is
+   * the caller's to judge, against the clock, so that expiry needs no reload.
+   */
+  readonly verify: (token: string) => TokenEntry | undefined
   /** Loads the tokens, then follows changes (LISTEN/NOTIFY and a periodic reload). */
   readonly start: () => Promise<void>
   /** Reloads now; resolves when a reload that started after this call has finished. */
@@ -30,11 +36,11 @@ export function createTokenCache(
   reloadEveryMs = 30_000,
   listenSql: Sql = sql,
 ): TokenCache {
-  let byDigest = new Map<string, string>()
+  let byDigest = new Map<string, TokenEntry>()
   // Tokens already verified since the last load, by their text: a map look-up instead of a
   // SHA-256 per request. Only valid tokens enter it, so it holds at most one entry per valid
   // token; every load starts it afresh, so a revocation clears it.
-  let verified = new Map<string, string>()
+  let verified = new Map<string, TokenEntry>()
   let running: Promise<void> | undefined
   let queued: Promise<void> | undefined
   let timer: ReturnType<typeof setInterval> | undefined
@@ -44,13 +50,14 @@ export function createTokenCache(
   async function load(): Promise<void> {
     // With a deadline: a load stuck on a partitioned connection would hold back every later one.
     const rows = await withDeadline(
-      sql<{ name: string; digest: string }[]>`
-        select name, encode(token_sha256, 'hex') as digest
+      sql<{ name: string; digest: string; expiresAt: number | null }[]>`
+        select name, encode(token_sha256, 'hex') as digest,
+          (extract(epoch from expires_at) * 1000)::float8 as "expiresAt"
         from api_tokens
         where revoked_at is null`,
       limits.database.request,
     )
-    byDigest = new Map(rows.map((r) => [r.digest, r.name]))
+    byDigest = new Map(rows.map((r) => [r.digest, { name: r.name, expiresAt: r.expiresAt }]))
     verified = new Map()
     loadedAt = Date.now()
     log.debug('tokens loaded', { count: byDigest.size })
@@ -86,9 +93,9 @@ export function createTokenCache(
     verify(token: string) {
       const known = verified.get(token)
       if (known !== undefined) return known
-      const name = byDigest.get(tokenDigest(token).toString('hex'))
-      if (name !== undefined) verified.set(token, name)
-      return name
+      const entry = byDigest.get(tokenDigest(token).toString('hex'))
+      if (entry !== undefined) verified.set(token, entry)
+      return entry
     },
     reload,
     state: () => ({ valid: byDigest.size, loadedAt }),

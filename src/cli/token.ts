@@ -1,5 +1,6 @@
 import process from 'node:process'
 import type { Sql } from 'postgres'
+import { expiryOf, fromNow } from '../auth/lifetime.ts'
 import { createToken, listTokens, revokeToken } from '../auth/token-repository.ts'
 import type { Config } from '../config.ts'
 import type { Log } from '../log.ts'
@@ -7,7 +8,8 @@ import { isFailure } from '../outcome.ts'
 import { onMigratedSession } from './database.ts'
 
 /** The usage line of `npm run token`. */
-export const tokenUsage = 'usage: npm run token -- create NAME | list | revoke NAME'
+export const tokenUsage =
+  'usage: npm run token -- create NAME [--expires-in DURATION | --expires-in never] | list | revoke NAME'
 
 /** `npm run token -- create NAME | list | revoke NAME` on the writable server. */
 export async function tokenCommand(
@@ -40,11 +42,21 @@ export async function runTokenCommand(
   err: (line: string) => void,
 ): Promise<number> {
   const [verb, name, ...extra] = args
-  if (verb === 'create' && name !== undefined && extra.length === 0) {
-    const token = await createToken(sql, name)
+  if (
+    verb === 'create' &&
+    name !== undefined &&
+    (extra.length === 0 || (extra.length === 2 && extra[0] === '--expires-in'))
+  ) {
+    const expiresAt = expiryOf(extra[1])
+    if (isFailure(expiresAt)) return fail(err, expiresAt.message)
+    const token = await createToken(sql, name, expiresAt)
     if (isFailure(token)) return fail(err, token.message)
     out(token)
-    err(`created token ${name}; it is shown only now, so keep it somewhere safe`)
+    err(
+      expiresAt === null
+        ? `created token ${name}, which never expires: a leaked copy works until it is revoked; prefer --expires-in (at most 365d). It is shown only now, so keep it somewhere safe`
+        : `created token ${name}, expiring ${expiresAt.toISOString()} (${fromNow(expiresAt)}); it is shown only now, so keep it somewhere safe`,
+    )
     return 0
   }
   if (verb === 'list' && name === undefined) {

@@ -18,6 +18,7 @@ export const errorTable = {
     when: 'No credentials: no Authorization header, or a scheme other than Bearer',
   },
   40102: { status: 401, when: 'Unknown or revoked token' },
+  40103: { status: 401, when: 'The token expired' },
   40401: { status: 404, when: 'No such path' },
   40501: { status: 405, when: 'The path exists, the method does not' },
   42901: { status: 429, when: 'Too many failed authentications from this client address' },
@@ -60,6 +61,11 @@ export function failureHeaders(f: Failure): Record<string, string> {
       return { 'www-authenticate': 'Bearer realm="plants"' }
     case 40102:
       return { 'www-authenticate': 'Bearer realm="plants", error="invalid_token"' }
+    case 40103:
+      return {
+        'www-authenticate':
+          'Bearer realm="plants", error="invalid_token", error_description="the token expired"',
+      }
     case 40501:
       return { allow: (f.allow ?? []).join(', ') }
     case 42901:

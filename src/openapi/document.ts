@@ -130,7 +130,7 @@ function errorResponses() {
   const unauthorised = errorResponse(401, 'No valid credentials.', {
     'WWW-Authenticate': {
       description:
-        '`Bearer realm="plants"`, with `error="invalid_token"` for 40102 (unknown or revoked token)',
+        '`Bearer realm="plants"`, with `error="invalid_token"` for 40102 (unknown or revoked token), and `error="invalid_token", error_description="the token expired"` for 40103',
       schema: { type: 'string' },
     },
   })
