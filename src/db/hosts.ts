@@ -274,6 +274,37 @@ async function isWritable(
   }
 }
 
+/** Where a one-host URL points, for a socket. */
+const whereOf = (host: URL) => ({
+  host: host.hostname.replace(/^\[|\]$/g, ''),
+  port: Number(host.port || 5432),
+})
+
+/** A socket to one host, secured as `settings` ask. */
+async function openHost(
+  where: { host: string; port: number },
+  settings: TlsSettings,
+  timeoutMs: number,
+  hooks: AttemptHooks,
+): Promise<Socket> {
+  const raw = await connectSocket(where, timeoutMs, hooks)
+  return settings.mode === 'disable' ? raw : startTls(raw, where.host, settings, timeoutMs, hooks)
+}
+
+/**
+ * Whether the server of a one-host URL takes writes (not in recovery, not read-only), asked on a
+ * connection of its own secured as the URL says, within `timeoutMs`. `hostConnector` asks it of
+ * each host before the real connection; `primaryUrl` to find the host the migrations write to.
+ */
+export function isWritableHost(
+  host: URL,
+  timeoutMs: number,
+  settings: TlsSettings = tlsSettingsOf(host.toString()),
+  signal?: AbortSignal,
+): Promise<boolean> {
+  return isWritable(host, () => openHost(whereOf(host), settings, timeoutMs, {}), timeoutMs, signal)
+}
+
 /** The hosts of a URL, each as a one-host URL without `target_session_attrs`. */
 function hostsOf(url: string): URL[] {
   const urls = hostUrls(url) ?? []
@@ -302,23 +333,15 @@ export function hostConnector(
   const hosts = hostsOf(url)
   const probe = hosts.length > 1 && wantsWritable(url)
   const settings = tlsSettingsOf(url)
-  // A socket to one host, secured as the URL asks.
-  const openOne = async (
-    where: { host: string; port: number },
-    timeoutMs: number,
-    hooks: AttemptHooks,
-  ) => {
-    const raw = await connectSocket(where, timeoutMs, hooks)
-    return settings.mode === 'disable' ? raw : startTls(raw, where.host, settings, timeoutMs, hooks)
-  }
   const attempt =
     (hooks: AttemptHooks): OpenSocket =>
     async (target) => {
       const timeoutMs = (target.connect_timeout ?? 30) * 1000
       if (target.path) return connectSocket({ path: target.path }, timeoutMs, hooks)
       if (hosts.length === 0)
-        return openOne(
+        return openHost(
           { host: target.host[0] ?? 'localhost', port: target.port[0] ?? 5432 },
+          settings,
           timeoutMs,
           hooks,
         )
@@ -326,19 +349,13 @@ export function hostConnector(
       let last: unknown
       for (const host of hosts) {
         if (hooks.signal?.aborted) break
-        const where = {
-          host: host.hostname.replace(/^\[|\]$/g, ''),
-          port: Number(host.port || 5432),
-        }
         try {
-          const writable = () =>
-            isWritable(host, () => openOne(where, timeoutMs, {}), timeoutMs, hooks.signal)
-          if (probe && !(await writable())) {
+          if (probe && !(await isWritableHost(host, timeoutMs, settings, hooks.signal))) {
             problems.push(`${host.host} does not take writes`)
             last = failure(`${host.host} does not take writes`, 'ECONNREFUSED')
             continue
           }
-          return await openOne(where, timeoutMs, hooks)
+          return await openHost(whereOf(host), settings, timeoutMs, hooks)
         } catch (err) {
           last = err
           problems.push(`${host.host}: ${err instanceof Error ? err.message : String(err)}`)

@@ -1,12 +1,11 @@
 import { fileURLToPath } from 'node:url'
 import type { Config } from '../config.ts'
-import { createLog, type Log } from '../log.ts'
+import { limits } from '../limits.ts'
+import type { Log } from '../log.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
+import { isWritableHost } from './hosts.ts'
 import { migrate, pendingMigrations } from './migrate.ts'
-import { createSql } from './sql.ts'
-
-const quiet = createLog('error', () => {})
 
 /** The project folder's `.data/`, home of the embedded database and the dev token. */
 export const defaultDataDir = fileURLToPath(new URL('../../.data/', import.meta.url))
@@ -76,18 +75,12 @@ export async function primaryUrl(text: string): Promise<string> {
   const problems: string[] = []
   for (const url of urls) {
     url.searchParams.delete('target_session_attrs')
-    // Through createSql: its TLS settings (sslrootcert and its kin) as for every other pool.
-    const sql = createSql(url.toString(), quiet, { max: 1, applicationName: 'plant-store probe' })
     try {
-      const [row] = await sql<{ writable: boolean }[]>`
-        select not pg_is_in_recovery() and current_setting('transaction_read_only') = 'off'
-          as writable`
-      if (row?.writable) return url.toString()
+      // The connector's own question, with the URL's TLS settings.
+      if (await isWritableHost(url, limits.database.connect)) return url.toString()
       problems.push(`${url.host} is read-only`)
     } catch (err) {
       problems.push(`${url.host}: ${err instanceof Error ? err.message : String(err)}`)
-    } finally {
-      await sql.end({ timeout: 1 })
     }
   }
   throw new Error(`no writable server among the hosts (${problems.join('; ')})`)

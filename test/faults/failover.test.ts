@@ -8,8 +8,9 @@ import { bodyOf, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import {
   connect,
+  failOver,
   makeStandby,
-  pgCtlPromote,
+  type Promotion,
   startPrimaryAndStandby,
   startServer,
   type Version,
@@ -45,9 +46,9 @@ async function failover(
     version,
     order,
     promotion,
-  }: { version: Version; order: 'primary first' | 'standby first'; promotion: string },
+  }: { version: Version; order: 'primary first' | 'standby first'; promotion: Promotion },
 ) {
-  const { primary, standby, primaryDir, standbyDir, cleanup } = await startPrimaryAndStandby(t, {
+  const { primary, standby, primaryDir, cleanup } = await startPrimaryAndStandby(t, {
     version,
   })
   const ports =
@@ -60,17 +61,7 @@ async function failover(
   const drive = driveCreates(service.base, token, { concurrency: 8 })
   await new Promise((r) => setTimeout(r, 1500))
   const killed = performance.now()
-  primary.child.kill('SIGKILL')
-  await primary.exited
-  // An operator (or Patroni) notices and promotes the standby.
-  await new Promise((r) => setTimeout(r, 600))
-  if (promotion === 'pg_ctl promote') await pgCtlPromote(standbyDir, version)
-  else {
-    const promoting = connect(standby.port, 'postgres')
-    await promoting`select pg_promote(true, 30)`
-    await promoting.end()
-  }
-  const promoted = performance.now()
+  const promoted = await failOver(primary, standby, { promotion, version })
   await new Promise((r) => setTimeout(r, 6000))
   await drive.stop()
 

