@@ -1,5 +1,5 @@
 import type { Server } from 'node:http'
-import type { TokenCache } from './auth/token-cache.ts'
+import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { createReadyz, healthz } from './http/health.ts'
 import { createBuckets } from './http/rate-limit.ts'
@@ -24,6 +24,8 @@ export type AppSettings = Pick<
 export type AppDeps = {
   readonly store: PlantStore
   readonly tokens: TokenCache
+  /** Hears each use of a valid token (its last use is recorded). */
+  readonly tokenUsed?: (token: TokenEntry, now: number) => void
   readonly log: Log
   readonly metrics: Metrics
   readonly settings: AppSettings
@@ -55,6 +57,7 @@ export function createMetricsServer(metrics: Metrics, log: Log, settings: AppSet
 export function createApp({
   store,
   tokens,
+  tokenUsed,
   log,
   metrics,
   settings,
@@ -68,6 +71,7 @@ export function createApp({
       path: '/plants',
       handler: createPlantHandler({
         tokens,
+        tokenUsed,
         store,
         databaseDeadlineMs: limits.database.request,
         createAnswered: metrics.createAnswered,

@@ -43,6 +43,21 @@ export const limits = {
   },
   /** Failed authentications a client address may make per window before it gets 429 (42901). */
   authFailures: { allowed: 100, windowSeconds: 10 },
+  /** Token lifetimes and rotation, in milliseconds. */
+  tokens: {
+    /** A new token lives this long unless told otherwise: 90 days, as GitLab pre-fills. */
+    lifetime: 90 * 86_400_000,
+    /** The longest lifetime short of `never`: 365 days, GitLab's cap. */
+    maxLifetime: 365 * 86_400_000,
+    /** A rotated token keeps working this long beside its successor unless told otherwise. */
+    grace: 86_400_000,
+    /** The longest grace: 7 days, as Stripe's roll. */
+    maxGrace: 7 * 86_400_000,
+    /** A token that expires within this is warned about: a daily log line, a header, a metric. */
+    warnBefore: 14 * 86_400_000,
+    /** When a token was last used is written at most this often per token, across instances. */
+    lastUseEvery: 10 * 60_000,
+  },
   /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
   retryAfterSeconds: 1,
   /** Requests in flight at SIGTERM may finish for this long, in milliseconds. */

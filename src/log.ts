@@ -98,3 +98,8 @@ export function coalescedWriter(
     flush,
   }
 }
+
+/** An error as a log line states it: its message, or the thrown value itself. */
+export function describeError(err: unknown): string {
+  return err instanceof Error ? err.message : String(err)
+}

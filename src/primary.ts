@@ -1,13 +1,14 @@
 import cluster, { type Worker } from 'node:cluster'
+import type { Sql } from 'postgres'
 import { AggregatorRegistry } from 'prom-client'
 import { ensureDevToken } from './auth/dev-token.ts'
-import { warnAboutEverlastingTokens } from './auth/token-repository.ts'
+import { watchTokenLifetimes } from './auth/token-warnings.ts'
 import type { Config } from './config.ts'
 import type { EmbeddedDatabase } from './db/embedded.ts'
 import { defaultDataDir, prepareDatabase } from './db/open.ts'
 import { createSql } from './db/sql.ts'
 import { limits } from './limits.ts'
-import type { Log } from './log.ts'
+import { describeError, type Log } from './log.ts'
 import { metricsRequest, shared } from './metrics/metrics.ts'
 
 // WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
@@ -77,25 +78,36 @@ export async function runPrimary(
   return clean ? 0 : 1
 }
 
-/** The database set-up done once for all workers: migrations, and the dev token when embedded. */
+/**
+ * The database set-up done once for all workers: migrations, the dev token when embedded, and
+ * the warnings about tokens (at start, then daily), which keep a connection of their own until
+ * the database is stopped.
+ */
 async function prepareOnce(
   config: Config,
   log: Log,
   dataDir: string,
 ): Promise<EmbeddedDatabase | undefined> {
   let db: EmbeddedDatabase | undefined
+  let sql: Sql | undefined
   try {
     db = await prepareDatabase(config, log, dataDir)
-    const sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
-    try {
-      if (db.owned) await ensureDevToken(sql, dataDir, log)
-      await warnAboutEverlastingTokens(sql, log)
-    } finally {
-      await sql.end({ timeout: 5 })
+    sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
+    if (db.owned) await ensureDevToken(sql, dataDir, log)
+    const stopWatching = await watchTokenLifetimes(sql, log)
+    const { stop } = db
+    const ownSql = sql
+    return {
+      ...db,
+      async stop() {
+        stopWatching()
+        await ownSql.end({ timeout: 5 })
+        await stop()
+      },
     }
-    return db
   } catch (err) {
-    log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
+    log.error(`the service did not start: ${describeError(err)}`)
+    await sql?.end({ timeout: 5 })
     await db?.stop()
     return undefined
   }

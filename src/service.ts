@@ -3,8 +3,9 @@ import type { AddressInfo } from 'node:net'
 import type { Sql } from 'postgres'
 import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
+import { createLastUse } from './auth/last-use.ts'
 import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
-import { warnAboutEverlastingTokens } from './auth/token-repository.ts'
+import { watchTokenLifetimes } from './auth/token-warnings.ts'
 import type { Config } from './config.ts'
 import { plantsWritePath, watchWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
@@ -41,6 +42,8 @@ export type ServiceOptions = {
   readonly connectTo?: (url: string) => string
   /** How creates are grouped into statements (tests make them small). */
   readonly batchLimits?: BatchLimits
+  /** How often a token's last use is written at most (tests make it short). */
+  readonly lastUseEveryMs?: number
   /** Set once a signal asks the process to stop: the start goes no further than its step. */
   readonly stopRequested?: () => string | undefined
 }
@@ -58,6 +61,7 @@ export async function startService(
     dataDir = defaultDataDir,
     connectTo,
     batchLimits,
+    lastUseEveryMs,
     stopRequested = () => undefined,
   }: ServiceOptions = {},
 ): Promise<Service> {
@@ -100,9 +104,12 @@ export async function startService(
     // The embedded database gets these settings itself; a DBA's is only told.
     if (!db.owned && role === 'single') await warnAboutServerSettings(sql, log)
     if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
-    // Once per start (with WORKERS the primary says it, primary.ts), before the token cache
-    // starts: its first reload would otherwise run beside it on a second connection.
-    if (role === 'single') await warnAboutEverlastingTokens(sql, log)
+    // Once per start and then daily (with WORKERS the primary says it, primary.ts), before the
+    // token cache starts: its first reload would otherwise run beside it on a second connection.
+    if (role === 'single') {
+      const stopWatching = await watchTokenLifetimes(sql, log)
+      cleanups.push(async () => stopWatching())
+    }
     // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
     // Read before the token cache starts, so that start-up queries share one connection.
     const citus = await plantsWritePath(sql, log, role === 'single')
@@ -118,6 +125,9 @@ export async function startService(
     const tokens = createTokenCache(sql, log, undefined, listenSql)
     await tokens.start()
     cleanups.push(tokens.close)
+    // Last uses are written on the token pool, never on the creates' statement slots.
+    const lastUse = createLastUse(sql, log, lastUseEveryMs)
+    cleanups.push(lastUse.settled)
 
     goOn()
     // The creates' statements each have a connection of their own, which can be cut loose.
@@ -143,6 +153,7 @@ export async function startService(
     const server = createApp({
       store,
       tokens,
+      tokenUsed: lastUse.note,
       log,
       metrics,
       settings: config,

@@ -66,7 +66,9 @@ const examples: Record<string, How> = {
   'npm run token -- create NAME': runs('the token commands'),
   'npm run token -- create NAME --expires-in 30d': runs('the token commands'),
   'TOKEN=$(npm run -s token -- create ci)': runs('the token commands'),
+  'npm run token -- rotate NAME': runs('the token commands'),
   'npm run token -- list': runs('the token commands'),
+  'npm run token -- list --expiring 14d': runs('the token commands'),
   'npm run token -- revoke NAME': runs('the token commands'),
   'npm run migrate': runs('the migrate commands'),
   'npm run migrate -- down 1': runs('the migrate commands'),
@@ -256,11 +258,19 @@ describe('the examples on a service started as the README says (npm start in a f
     const quiet = await sh(`${tokens[2]}; printf '%s' "$TOKEN"`, dir)
     assert.equal(quiet.code, 0, quiet.stderr)
     assert.match(quiet.stdout, /^pst_[^\s]+$/, 'with -s the output is the token alone')
-    const listed = await sh(tokens[3] ?? '', dir)
+    const rotated = await sh(tokens[3]?.replace('NAME', 'example-month') ?? '', dir)
+    assert.equal(rotated.code, 0, rotated.stderr)
+    assert.match(rotated.stdout.trim().split('\n').at(-1) ?? '', /^pst_/)
+    assert.match(rotated.stderr, /the old one keeps working until \S+ \(in 24 hours\)/)
+    const listed = await sh(tokens[4] ?? '', dir)
     assert.equal(listed.code, 0, listed.stderr)
-    assert.match(listed.stdout, /example/)
+    assert.match(listed.stdout, /^example\t/m)
+    assert.match(listed.stdout, /^example-month\t.*\trotated: ends \S+Z$/m)
     assert.ok(!listed.stdout.includes(made), 'list never prints a token')
-    const revoked = await sh(tokens[4]?.replace('NAME', 'example') ?? '', dir)
+    const expiring = await sh(tokens[5] ?? '', dir)
+    assert.equal(expiring.code, 0, expiring.stderr)
+    assert.doesNotMatch(expiring.stdout, /^example/m, 'no token here expires within 14 days')
+    const revoked = await sh(tokens[6]?.replace('NAME', 'example') ?? '', dir)
     assert.equal(revoked.code, 0, revoked.stderr)
     // The running service hears of the revocation within 1 s.
     await within(2000, async () => {

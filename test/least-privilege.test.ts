@@ -8,7 +8,7 @@ import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
 // The service as a role that may only do what it must: INSERT and SELECT on plants, SELECT on
-// api_tokens and on the migrations table, LISTEN. The tables belong to another role, which
+// api_tokens and on the migrations table, UPDATE of api_tokens.last_used_at, LISTEN. The tables belong to another role, which
 // migrates (here the suite's superuser); the service starts with MIGRATE=off.
 
 const db = await createTestDatabase({ after })
@@ -21,6 +21,7 @@ await db.sql.unsafe(`grant connect on database ${name} to ${role}`)
 await db.sql.unsafe(`grant usage on schema public to ${role}`)
 await db.sql.unsafe(`grant select, insert on plants to ${role}`)
 await db.sql.unsafe(`grant select on api_tokens, pgmigrations to ${role}`)
+await db.sql.unsafe(`grant update (last_used_at) on api_tokens to ${role}`)
 after(async () => {
   // After the database is gone (its after hook ran first), the role holds nothing.
   const admin = postgres(db.url.replace(`/${name}`, '/postgres'), { max: 1, onnotice: () => {} })
@@ -32,7 +33,7 @@ appUrl.username = role
 appUrl.password = password
 
 describe('least privilege: the service as a role that may only insert and read', () => {
-  test('it starts with MIGRATE=off and serves: a create, a retry, a 40009, and a token made and revoked by the owner', async () => {
+  test('it starts with MIGRATE=off and serves: a create, a retry, a 40009, and a token made, used (its last use recorded) and revoked by the owner', async () => {
     const s = await startTestServer(
       { after },
       { db: { url: appUrl.toString(), sql: db.sql }, env: { MIGRATE: 'off' } },
@@ -52,6 +53,11 @@ describe('least privilege: the service as a role that may only insert and read',
       1000,
       async () => (await s.post({ id: uniqueId(), name: 'new' }, { token })).status === 200,
     )
+    // Its use is recorded, by the restricted role.
+    await within(3000, async () => {
+      const [row] = await db.sql`select last_used_at from api_tokens where name = ${tokenName}`
+      return row?.last_used_at instanceof Date
+    })
     await db.sql`update api_tokens set revoked_at = now() where name = ${tokenName}`
     await within(
       1000,
@@ -67,6 +73,8 @@ describe('least privilege: the service as a role that may only insert and read',
       'delete from plants',
       'drop table plants',
       `update api_tokens set revoked_at = null`,
+      `update api_tokens set expires_at = null`,
+      `update api_tokens set last_used_at = now(), revoked_at = null`,
       'create table intruder (id int)',
     ]) {
       await assert.rejects(

@@ -42,9 +42,10 @@ async function tokenRoundTrip(
   assert.match(created.stdout, /^pst_[0-9A-Za-z]{49}\n$/)
   const token = created.stdout.trim()
   await within(1000, async () => (await status(token)) === 200)
+  // Used once by the check above: LAST USED shows it.
   const listed = await runNpm('token', ['list'], env)
   assert.equal(listed.code, 0, listed.stderr)
-  assert.match(listed.stdout, new RegExp(`^${name}\\t\\S+Z\\t-$`, 'm'))
+  assert.match(listed.stdout, new RegExp(`^${name}\\t\\S+Z\\t\\S+Z\\t\\S+Z\\tactive$`, 'm'))
   const revoked = await runNpm('token', ['revoke', name], env)
   assert.equal(revoked.code, 0, revoked.stderr)
   await within(1000, async () => (await status(token)) === 401)

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { freePort } from '../src/db/embedded.ts'
+import { projectDir } from './helpers/cli.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
@@ -21,6 +22,63 @@ const readmeQueries = [
   'sum by (status) (rate(plant_store_http_requests_total[5m]))',
   'histogram_quantile(0.99, sum by (le) (rate(plant_store_http_request_duration_seconds_bucket{route="/plants"}[5m])))',
 ]
+
+/** The README's alert: a token that expires within 14 days (or expired, and is not revoked). */
+const readmeAlert = '(plant_store_token_expiry_timestamp_seconds - time()) < 14 * 86400'
+
+type QueryResult = {
+  status: string
+  data: { result: { metric: Record<string, string>; value: [number, string] }[] }
+}
+
+/** A real Prometheus scraping `target` every second, stopped after the test file. */
+async function startPrometheus(
+  target: string,
+): Promise<{ query: (promql: string) => Promise<QueryResult> }> {
+  const { dir, ...tmp } = await tempDir({ after }, 'plant-store-prometheus-')
+  await writeFile(
+    join(dir, 'prometheus.yml'),
+    [
+      'global: { scrape_interval: 1s, evaluation_interval: 1s }',
+      'scrape_configs:',
+      '  - job_name: plant-store',
+      `    static_configs: [{ targets: ["${target}"] }]`,
+      '',
+    ].join('\n'),
+  )
+  const port = await freePort()
+  const server = spawn(
+    prometheus,
+    [
+      `--config.file=${join(dir, 'prometheus.yml')}`,
+      `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  )
+  let log = ''
+  server.stderr.on('data', (c: Buffer) => {
+    log += c.toString()
+  })
+  const exited = new Promise((r) => server.on('exit', r))
+  tmp.after(async () => {
+    server.kill('SIGTERM')
+    await exited
+  })
+  const api = `http://127.0.0.1:${port}`
+  const query = async (promql: string) => {
+    const res = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)
+    return (await res.json()) as QueryResult
+  }
+  await within(
+    30_000,
+    async () => (await fetch(`${api}/-/ready`).catch(() => undefined))?.ok === true,
+  ).catch(() => {
+    throw new Error(`Prometheus did not become ready: ${log.slice(-2000)}`)
+  })
+
+  return { query }
+}
 
 describe('the metrics, read by the real Prometheus tools', () => {
   test('the exposition passes promtool check metrics', { skip }, async () => {
@@ -39,51 +97,7 @@ describe('the metrics, read by the real Prometheus tools', () => {
   }, async () => {
     assert.ok(present, `CI needs ${prometheus} (apt-get install prometheus)`)
     const s = await startTestServer({ after })
-    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-prometheus-')
-    const target = new URL(s.base).host
-    await writeFile(
-      join(dir, 'prometheus.yml'),
-      [
-        'global: { scrape_interval: 1s, evaluation_interval: 1s }',
-        'scrape_configs:',
-        '  - job_name: plant-store',
-        `    static_configs: [{ targets: ["${target}"] }]`,
-        '',
-      ].join('\n'),
-    )
-    const port = await freePort()
-    const server = spawn(
-      prometheus,
-      [
-        `--config.file=${join(dir, 'prometheus.yml')}`,
-        `--storage.tsdb.path=${join(dir, 'data')}`,
-        `--web.listen-address=127.0.0.1:${port}`,
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    )
-    let log = ''
-    server.stderr.on('data', (c: Buffer) => {
-      log += c.toString()
-    })
-    const exited = new Promise((r) => server.on('exit', r))
-    tmp.after(async () => {
-      server.kill('SIGTERM')
-      await exited
-    })
-    const api = `http://127.0.0.1:${port}`
-    const query = async (promql: string) => {
-      const res = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)
-      return (await res.json()) as {
-        status: string
-        data: { result: { metric: Record<string, string>; value: [number, string] }[] }
-      }
-    }
-    await within(
-      30_000,
-      async () => (await fetch(`${api}/-/ready`).catch(() => undefined))?.ok === true,
-    ).catch(() => {
-      throw new Error(`Prometheus did not become ready: ${log.slice(-2000)}`)
-    })
+    const { query } = await startPrometheus(new URL(s.base).host)
 
     const creates = 7
     for (let i = 0; i < creates; i++)
@@ -99,5 +113,30 @@ describe('the metrics, read by the real Prometheus tools', () => {
     assert.equal(data.result[0]?.value[1], '1')
     for (const promql of readmeQueries)
       assert.equal((await query(promql)).status, 'success', promql)
+  })
+
+  test('the alert on a token that expires within 14 days fires for it alone', {
+    skip,
+  }, async () => {
+    assert.ok(present, `CI needs ${prometheus} (apt-get install prometheus)`)
+    const s = await startTestServer({ after })
+    const { createToken } = await import('../src/auth/token-repository.ts')
+    const soon = `alert-soon-${uniqueId()}`
+    const later = `alert-later-${uniqueId()}`
+    await createToken(s.db.sql, soon, new Date(Date.now() + 13 * 86_400_000))
+    await createToken(s.db.sql, later, new Date(Date.now() + 15 * 86_400_000))
+    await s.tokens.reload()
+    assert.ok(
+      readFileSync(join(projectDir, 'README.md'), 'utf8')
+        .replace(/\s+/g, ' ')
+        .includes(readmeAlert),
+    )
+    const { query } = await startPrometheus(new URL(s.base).host)
+    let fired: string[] = []
+    await within(30_000, async () => {
+      fired = (await query(readmeAlert)).data.result.map((r) => r.metric.token ?? '')
+      return fired.length > 0
+    })
+    assert.deepEqual(fired, [soon])
   })
 })

@@ -37,7 +37,7 @@ function section(heading: string): string | undefined {
 }
 
 /** The sections whose words are promises; the rest (layout, documents, commands) are not. */
-const promising = ['The two commands', 'The API in one screen', 'Configuration', 'Limits']
+const promising = ['The two commands', 'The API in one screen', 'Tokens', 'Configuration', 'Limits']
 
 /** Words that make a sentence a promise someone could check. */
 const promiseWords =

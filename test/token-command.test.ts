@@ -47,14 +47,26 @@ describe('npm run token -- create | list | revoke', () => {
     assert.ok(ms < 1000)
   })
 
-  test('list shows every token with its state, never a token or digest', async () => {
+  test('list shows NAME, CREATED, EXPIRES, LAST USED and a state, one line per token, never a token or digest', async () => {
     const name = `listed-${uniqueId()}`
     const token = (await runMain(['token', 'create', name], env)).stdout.trim()
-    await runMain(['token', 'revoke', name], env)
+    const never = `listed-never-${uniqueId()}`
+    await runMain(['token', 'create', never, '--expires-in', 'never'], env)
+    const soon = `listed-soon-${uniqueId()}`
+    await runMain(['token', 'create', soon, '--expires-in', '3d'], env)
+    const gone = `listed-gone-${uniqueId()}`
+    await runMain(['token', 'create', gone], env)
+    await runMain(['token', 'revoke', gone], env)
     const { code, stdout } = await runMain(['token', 'list'], env)
     assert.equal(code, 0)
-    const line = stdout.split('\n').find((l) => l.startsWith(`${name}\t`))
-    assert.match(line ?? '', /^listed-\d+\t\d{4}-.*Z\t\d{4}-.*Z$/)
+    const lines = stdout.trim().split('\n')
+    assert.equal(lines[0], 'NAME\tCREATED\tEXPIRES\tLAST USED\tSTATE')
+    const line = (n: string) => lines.find((l) => l.startsWith(`${n}\t`)) ?? ''
+    const iso = '\\d{4}-\\d\\d-\\d\\dT\\S+Z'
+    assert.match(line(name), new RegExp(`^${name}\\t${iso}\\t${iso}\\tnever\\tactive$`))
+    assert.match(line(never), new RegExp(`^${never}\\t${iso}\\tnever\\tnever\\tactive$`))
+    assert.match(line(soon), new RegExp(`^${soon}\\t${iso}\\t${iso}\\tnever\\texpires in 3d$`))
+    assert.match(line(gone), new RegExp(`^${gone}\\t${iso}\\t${iso}\\tnever\\trevoked$`))
     assert.ok(!stdout.includes(token))
   })
 

@@ -155,6 +155,19 @@ describe('WORKERS=2', () => {
     assert.deepEqual(new Set(afterwards.map((a) => a.worker)), new Set([1, 2]))
   })
 
+  test('every worker refuses a token within 1 s of its expiry', async () => {
+    const db = await createTestDatabase({ after })
+    const service = await startWorkers(db)
+    const expiresAt = new Date(Date.now() + 4000)
+    const token = await tokenFor(db.sql, service.base, `expiring-${uniqueId()}`, expiresAt)
+    const before = await postUntilEach(service, token, [1, 2])
+    assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
+    // No change to api_tokens at expiry: each worker judges it by its own clock.
+    await new Promise((r) => setTimeout(r, expiresAt.getTime() + 1000 - Date.now()))
+    const afterwards = await postUntilEach(service, token, [1, 2])
+    assert.deepEqual(new Set(afterwards.map((a) => a.status)), new Set([401]))
+  })
+
   test('a worker killed with SIGKILL is logged and replaced; the other keeps answering', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)

@@ -1,9 +1,5 @@
+import { limits } from '../limits.ts'
 import { type Refusal, refusal } from '../outcome.ts'
-
-/** How long a new token lives unless told otherwise: 90 days, as GitLab pre-fills. */
-export const defaultTokenLifetimeMs = 90 * 86_400_000
-/** The longest lifetime a token may be given, short of `never`: 365 days, as GitLab's cap. */
-export const maxTokenLifetimeMs = 365 * 86_400_000
 
 const units = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
 
@@ -23,13 +19,28 @@ export function parseDuration(text: string): number | Refusal {
  */
 export function expiryOf(text: string | undefined, now = Date.now()): Date | null | Refusal {
   if (text === 'never') return null
-  if (text === undefined) return new Date(now + defaultTokenLifetimeMs)
+  if (text === undefined) return new Date(now + limits.tokens.lifetime)
   const ms = parseDuration(text)
   if (typeof ms !== 'number') return ms
   if (ms <= 0) return refusal(`--expires-in ${text}: a token must live more than no time`)
-  if (ms > maxTokenLifetimeMs)
+  if (ms > limits.tokens.maxLifetime)
     return refusal(
       `--expires-in ${text} is more than 365 days; the longest lifetime is 365d (or never, which is warned about)`,
+    )
+  return new Date(now + ms)
+}
+
+/**
+ * When the token a rotation replaces stops working, given `--grace TEXT`: 24 hours when `text`
+ * is undefined, at once for `0s`; more than 7 days is refused.
+ */
+export function graceEndOf(text: string | undefined, now = Date.now()): Date | Refusal {
+  if (text === undefined) return new Date(now + limits.tokens.grace)
+  const ms = parseDuration(text)
+  if (typeof ms !== 'number') return ms
+  if (ms > limits.tokens.maxGrace)
+    return refusal(
+      `--grace ${text} is more than 7 days; the longest grace is 7d (0s ends it at once)`,
     )
   return new Date(now + ms)
 }
@@ -40,4 +51,18 @@ export function fromNow(at: Date, now = Date.now()): string {
   if (ms >= 2 * 86_400_000) return `in ${Math.round(ms / 86_400_000)} days`
   if (ms >= 2 * 3_600_000) return `in ${Math.round(ms / 3_600_000)} hours`
   return `in ${Math.max(0, Math.round(ms / 60_000))} minutes`
+}
+
+/** A token's state as `list` shows it, at `now`. */
+export function tokenState(
+  t: { expiresAt: Date | null; revokedAt: Date | null; replacedAt: Date | null },
+  now = Date.now(),
+): string {
+  if (t.revokedAt !== null && t.revokedAt.getTime() <= now) return 'revoked'
+  if (t.revokedAt !== null) return `rotated: ends ${t.revokedAt.toISOString()}`
+  if (t.expiresAt === null) return 'active'
+  const left = t.expiresAt.getTime() - now
+  if (left <= 0) return 'expired'
+  if (left <= limits.tokens.warnBefore) return `expires in ${Math.ceil(left / 86_400_000)}d`
+  return 'active'
 }

@@ -10,7 +10,7 @@ export const grantUsage = 'usage: npm run grant -- ROLE   (APP_ROLE_PASSWORD set
  * `npm run grant -- ROLE`, run as the tables' owner: applies pending migrations, creates ROLE
  * (LOGIN, with `password` when given; a role that exists gets the new password) and grants it
  * exactly what the service needs with MIGRATE=off: INSERT and SELECT on plants, SELECT on
- * api_tokens and on the migrations table. The statements are docs/operations.md's.
+ * api_tokens and on the migrations table, and UPDATE of api_tokens.last_used_at alone. The statements are docs/operations.md's.
  */
 export async function grantCommand(
   config: Config,
@@ -48,10 +48,11 @@ export async function grantCommand(
       await statement('grant usage on schema public to %I', role),
       await statement('grant select, insert on plants to %I', role),
       await statement('grant select on api_tokens, pgmigrations to %I', role),
+      await statement('grant update (last_used_at) on api_tokens to %I', role),
     )
     for (const s of statements) await sql.unsafe(s)
     process.stderr.write(
-      `role ${role} ${exists ? 'exists' : 'created'}; it may insert and read plants and read api_tokens and pgmigrations: run the service as it with MIGRATE=off\n`,
+      `role ${role} ${exists ? 'exists' : 'created'}; it may insert and read plants, read api_tokens and pgmigrations and record when a token was last used: run the service as it with MIGRATE=off\n`,
     )
     return 0
   })

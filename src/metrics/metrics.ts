@@ -18,7 +18,12 @@ export type CreateOutcomeLabel = 'created' | 'retry' | 'conflict' | 'invalid' | 
 /** Where the gauges read their values when Prometheus scrapes. */
 export type MetricSources = {
   readonly queue: () => { queued: number; inFlight: number }
-  readonly tokens: () => { valid: number; loadedAt: number | undefined }
+  readonly tokens: () => {
+    valid: number
+    loadedAt: number | undefined
+    /** When each name's current token expires (`Date.now()` ms), for names whose token does. */
+    expiries: ReadonlyMap<string, number>
+  }
 }
 
 /** The service's metrics: what the adapter, the store and the pool report, and `GET /metrics`. */
@@ -189,6 +194,18 @@ function stateGauges(registers: Registry[], sources: () => MetricSources | undef
     aggregator: 'max',
     collect() {
       this.set(sources()?.tokens().valid ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'plant_store_token_expiry_timestamp_seconds',
+    help: `When each token that works and expires does so (Unix time; the current token of each name). Alert on (plant_store_token_expiry_timestamp_seconds - time()) < ${limits.tokens.warnBefore / 86_400_000} * 86400`,
+    labelNames: ['token'],
+    registers,
+    // With WORKERS, each worker holds the same tokens.
+    aggregator: 'max',
+    collect() {
+      this.reset()
+      for (const [token, at] of sources()?.tokens().expiries ?? []) this.set({ token }, at / 1000)
     },
   })
   new Gauge({

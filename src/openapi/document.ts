@@ -77,6 +77,17 @@ function errorResponse(status: number, summary: string, headers: Record<string, 
   }
 }
 
+// An answer of POST /plants to a valid token, which may say that the token expires soon.
+function withTokenExpires(response: { headers: Record<string, unknown> }) {
+  return {
+    ...response,
+    headers: {
+      ...response.headers,
+      'Token-Expires': { $ref: '#/components/headers/Token-Expires' },
+    },
+  }
+}
+
 // A 200 that is not JSON: a page or the metrics text.
 function textResponse(description: string, mediaType: string) {
   return {
@@ -232,6 +243,8 @@ function createPlantOperation({
       `**Limits.** Body at most ${limits.bodyBytes} bytes (${limits.bodyBytes / 1024} KiB): a larger declared \`Content-Length\` is refused without reading the body, a chunked body is cut off as soon as it passes the limit. \`Content-Type: application/json\`, optionally with \`charset=utf-8\`; no \`Content-Encoding\` other than \`identity\`.`,
       '',
       '**Order of checks.** path, method, credentials, content type, size, JSON, NewPlant, store. A request without valid credentials never has its body read.',
+      '',
+      `**Token lifetime.** Tokens expire (${limits.tokens.lifetime / 86_400_000} days after they are made unless the operator chose otherwise); an expired token is refused with 401 / 40103. Every answer to a token that expires within ${limits.tokens.warnBefore / 86_400_000} days carries \`Token-Expires\`, the time it stops working: ask the operator for its successor (\`npm run token -- rotate NAME\`, during whose grace both work).`,
     ].join('\n'),
     parameters: [{ $ref: '#/components/parameters/X-Request-Id' }],
     requestBody: {
@@ -245,16 +258,20 @@ function createPlantOperation({
       },
     },
     responses: {
-      '200': okResponse(
-        'The plant response: the stored plant (also for an idempotent retry)',
-        { $ref: '#/components/schemas/Plant' },
-        plantExample,
+      '200': withTokenExpires(
+        okResponse(
+          'The plant response: the stored plant (also for an idempotent retry)',
+          { $ref: '#/components/schemas/Plant' },
+          plantExample,
+        ),
       ),
-      '400': badRequest,
+      '400': withTokenExpires(badRequest),
       '401': unauthorised,
-      '429': tooManyRequests,
-      '500': errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
-      '503': unavailable,
+      '429': withTokenExpires(tooManyRequests),
+      '500': withTokenExpires(
+        errorResponse(500, 'An unexpected fault; the message quotes the request id.'),
+      ),
+      '503': withTokenExpires(unavailable),
     },
   }
 }
@@ -330,6 +347,10 @@ function components() {
       'X-Request-Id': {
         description: 'The id of this request, as in its log line',
         schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+      },
+      'Token-Expires': {
+        description: `On every answer to a token that expires within ${limits.tokens.warnBefore / 86_400_000} days (and only then): when it expires, as an HTTP date (RFC 9110 IMF-fixdate, like \`Expires\`). From then on the token is refused with 401 / 40103.`,
+        schema: { type: 'string', examples: ['Wed, 09 Dec 2026 16:40:00 GMT'] },
       },
     },
   }

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http'
-import { authenticate } from '../auth/authenticate.ts'
-import type { TokenCache } from '../auth/token-cache.ts'
+import { authenticate, expiryNotice } from '../auth/authenticate.ts'
+import type { TokenCache, TokenEntry } from '../auth/token-cache.ts'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
 import { type Failure, tooMany } from '../http/errors.ts'
@@ -24,6 +24,8 @@ export type CreatePlantDeps = {
   readonly authFailures?: Buckets | undefined
   /** Requests allowed per token (RATE_LIMIT); no limit when undefined. */
   readonly tokenRate?: Buckets | undefined
+  /** Hears each use of a valid token, at the time it was judged (to record its last use). */
+  readonly tokenUsed?: ((token: TokenEntry, now: number) => void) | undefined
 }
 
 /** The content type, size, JSON and NewPlant checks, in the contract's order. */
@@ -62,13 +64,15 @@ export function createPlantHandler({
   createAnswered = () => {},
   authFailures,
   tokenRate,
+  tokenUsed = () => {},
 }: CreatePlantDeps): Handler {
   return async (req, ctx) => {
-    const tokenName = authenticate(req, tokens)
-    if (isFailure(tokenName)) {
+    const now = Date.now()
+    const token = authenticate(req, tokens, now)
+    if (isFailure(token)) {
       // Only failures count: a valid token is never refused for someone else's.
       const client = ctx.client ?? ''
-      if (authFailures === undefined || authFailures.take(client)) return tokenName
+      if (authFailures === undefined || authFailures.take(client)) return token
       const wait = authFailures.retryAfter(client)
       return tooMany(
         42901,
@@ -76,10 +80,13 @@ export function createPlantHandler({
         wait,
       )
     }
+    tokenUsed(token, now)
+    const tokenName = token.name
     ctx.tokenName = tokenName
+    ctx.responseHeaders = expiryNotice(token, now)
     if (tokenRate !== undefined) {
       const allowed = tokenRate.take(tokenName)
-      ctx.responseHeaders = rateLimitHeaders(tokenRate, tokenName)
+      ctx.responseHeaders = { ...ctx.responseHeaders, ...rateLimitHeaders(tokenRate, tokenName) }
       if (!allowed) {
         const wait = tokenRate.retryAfter(tokenName)
         return tooMany(42902, `this token's rate limit is reached; try again in ${wait} s`, wait)

@@ -57,8 +57,13 @@ export async function startServiceProcess(
 }
 
 /** Creates a token as `npm run token -- create` does and waits until the service accepts it. */
-export async function tokenFor(sql: Sql, base: string, name: string): Promise<string> {
-  const created = await createToken(sql, name)
+export async function tokenFor(
+  sql: Sql,
+  base: string,
+  name: string,
+  expiresAt?: Date,
+): Promise<string> {
+  const created = await createToken(sql, name, expiresAt)
   if (isFailure(created)) throw new Error(created.message)
   const token = created
   await within(2000, async () => {

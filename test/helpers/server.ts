@@ -29,8 +29,8 @@ let counter = 0
 
 /**
  * Starts the service (`startService`, the one `npm start` runs) with `LOG_LEVEL=debug` on port 0
- * of 127.0.0.1, stopped after `t`. `env` adds settings (`METRICS: 'off'`, …); `connectTo` and
- * `batchLimits` are the service's own options.
+ * of 127.0.0.1, stopped after `t`. `env` adds settings (`METRICS: 'off'`, …); `connectTo`,
+ * `batchLimits` and `lastUseEveryMs` are the service's own options.
  */
 export async function startTestServer(
   t: Cleanup,
@@ -39,11 +39,13 @@ export async function startTestServer(
     env = {},
     connectTo,
     batchLimits,
+    lastUseEveryMs,
   }: {
     db?: TestDatabase
     env?: Record<string, string>
     connectTo?: (url: string) => string
     batchLimits?: BatchLimits
+    lastUseEveryMs?: number
   } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
@@ -59,6 +61,7 @@ export async function startTestServer(
   const service = await startService(config, log, {
     ...(connectTo && { connectTo }),
     ...(batchLimits && { batchLimits }),
+    ...(lastUseEveryMs !== undefined && { lastUseEveryMs }),
   })
   t.after(() => service.close(0))
   const base = service.url

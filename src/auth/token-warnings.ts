@@ -1,0 +1,50 @@
+import type { Sql } from 'postgres'
+import { limits } from '../limits.ts'
+import { describeError, type Log } from '../log.ts'
+
+import { fromNow } from './lifetime.ts'
+import { everlastingTokens, expiringTokens } from './token-repository.ts'
+
+/**
+ * Warns, once, naming the tokens that never expire (made with `--expires-in never`, before
+ * tokens had a lifetime, or the embedded database's dev token): a leaked copy of one works
+ * until someone revokes it.
+ */
+export async function warnAboutEverlastingTokens(sql: Sql, log: Log): Promise<void> {
+  const names = await everlastingTokens(sql)
+  if (names.length === 0) return
+  log.warn(
+    `${names.length} token(s) never expire: ${names.join(', ')}; a leaked copy works until it is revoked. Replace each with one that expires: npm run token -- rotate NAME --expires-in 90d, and hand the new token to the client`,
+    { tokens: names.join(',') },
+  )
+}
+
+/** One warning line for each token that works and expires within 14 days, naming it. */
+export async function warnAboutExpiringTokens(sql: Sql, log: Log, now = Date.now()): Promise<void> {
+  for (const { name, expiresAt } of await expiringTokens(sql, limits.tokens.warnBefore)) {
+    log.warn(
+      `token ${name} expires ${expiresAt.toISOString()} (${fromNow(expiresAt, now)}); rotate it before then: npm run token -- rotate ${name}`,
+      { token: name, expiresAt: expiresAt.toISOString() },
+    )
+  }
+}
+
+/**
+ * The start-up warnings about tokens, then the expiring ones again once a day while the
+ * service runs. Resolves, after the first, to a function that stops the daily ones.
+ */
+export async function watchTokenLifetimes(
+  sql: Sql,
+  log: Log,
+  everyMs = 86_400_000,
+): Promise<() => void> {
+  await warnAboutEverlastingTokens(sql, log)
+  await warnAboutExpiringTokens(sql, log)
+  const timer = setInterval(() => {
+    warnAboutExpiringTokens(sql, log).catch((err: unknown) =>
+      log.warn(`could not read which tokens expire soon: ${describeError(err)}`),
+    )
+  }, everyMs)
+  timer.unref()
+  return () => clearInterval(timer)
+}
