@@ -7,15 +7,19 @@ export const projectDir = fileURLToPath(new URL('../..', import.meta.url))
 /** What a command printed, and how it ended. */
 export type Ran = { code: number | null; stdout: string; stderr: string }
 
-/** Runs a command in the project folder with only `env`, the path and home; captures its output. */
+/**
+ * Runs a command in `cwd` (the project folder) with only `env`, the path and home; captures its
+ * output.
+ */
 function capture(
   command: string,
   args: readonly string[],
   env: Record<string, string | undefined>,
+  cwd = projectDir,
 ): Promise<Ran> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, {
-      cwd: projectDir,
+      cwd,
       env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
@@ -32,17 +36,21 @@ function capture(
   })
 }
 
-/** Runs `src/main.ts` with arguments and environment, as `npm run …` (or `deno task`) would. */
+/**
+ * Runs `src/main.ts` with arguments and environment, as `npm run …` (or `deno task`) would, in
+ * `cwd` (the project folder; another checkout of it, e.g. an older version).
+ */
 export function runMain(
   args: readonly string[],
   env: Record<string, string | undefined>,
   runtime: 'node' | 'deno' = 'node',
+  cwd = projectDir,
 ): Promise<Ran> {
   const [command, ...prefix] =
     runtime === 'node'
       ? [process.execPath, '--import', 'tsx', 'src/main.ts']
       : ['./node_modules/.bin/deno', 'task', '--quiet', 'start']
-  return capture(command as string, [...prefix, ...args], env)
+  return capture(command as string, [...prefix, ...args], env, cwd)
 }
 
 /**
