@@ -5,7 +5,7 @@ import { openapiCommand } from './cli/openapi.ts'
 import { serve } from './cli/serve.ts'
 import { tokenCommand } from './cli/token.ts'
 import { type Config, ConfigError, parseConfig } from './config.ts'
-import { createLog } from './log.ts'
+import { createLog, describeError } from './log.ts'
 
 const usage =
   'usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME | grant ROLE | openapi [FILE]'
@@ -42,7 +42,7 @@ async function main(argv: readonly string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(`plant-store: ${err instanceof Error ? err.message : String(err)}\n`)
+    process.stderr.write(`plant-store: ${describeError(err)}\n`)
     process.exit(1)
   },
 )

@@ -1,6 +1,3 @@
-import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import type { Sql } from 'postgres'
 import { createApp, createMetricsServer } from './app.ts'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { createLastUse } from './auth/last-use.ts'
@@ -9,9 +6,10 @@ import { watchTokenLifetimes } from './auth/token-warnings.ts'
 import type { Config } from './config.ts'
 import { plantsWritePath, watchWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
-import { warnAboutServerSettings } from './db/server-settings.ts'
+import { warnAboutServerSettings, warnWithoutStatementTimeout } from './db/server-settings.ts'
 import { openStatementSlots } from './db/slots.ts'
 import { createSql, leaveReadOnlyServer } from './db/sql.ts'
+import { drain, listen } from './http/lifecycle.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
@@ -193,53 +191,4 @@ export async function startService(
     await release()
     throw err
   }
-}
-
-/** Listens on `port` of `host`; resolves with the base URL and the port bound. */
-async function listen(
-  server: Server,
-  port: number,
-  host: string,
-): Promise<{ url: string; port: number }> {
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, host, () => {
-      server.off('error', reject)
-      resolve()
-    })
-  })
-  const bound = (server.address() as AddressInfo).port
-  return { url: `http://${host.includes(':') ? `[${host}]` : host}:${bound}`, port: bound }
-}
-
-// Through a transaction pooler the service cannot set statement_timeout per session; the role or
-// database should carry the contract's 5 s.
-async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
-  const [row] = await sql<{ ms: number }[]>`
-    select setting::int * case unit when 's' then 1000 else 1 end as ms
-    from pg_settings where name = 'statement_timeout'`
-  const ms = row?.ms ?? 0
-  if (ms === 0 || ms > limits.database.statement) {
-    log.warn(
-      `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
-    )
-  }
-}
-
-// Stop accepting; let requests in flight finish, closing each connection as it goes idle; after
-// `graceMs` close whatever is left.
-async function drain(server: Server, graceMs: number, log: Log): Promise<void> {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()))
-  const sweep = setInterval(() => server.closeIdleConnections(), 50)
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const late = new Promise<'late'>((resolve) => {
-    timer = setTimeout(() => resolve('late'), graceMs)
-  })
-  if ((await Promise.race([closed, late])) === 'late') {
-    log.warn(`requests still running after ${graceMs} ms were cut off`)
-    server.closeAllConnections()
-    await closed
-  }
-  clearInterval(sweep)
-  clearTimeout(timer)
 }

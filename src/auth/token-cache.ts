@@ -1,7 +1,7 @@
 import type { Sql } from 'postgres'
 import { withDeadline } from '../db/unavailable.ts'
 import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 import { tokenDigest } from './tokens.ts'
 
 /** The channel the `api_tokens` trigger notifies on every change. */
@@ -111,7 +111,7 @@ export function createTokenCache(
     reload().catch((err: unknown) => {
       log.warn('token reload failed; keeping the tokens loaded before', {
         reason,
-        error: err instanceof Error ? err.message : String(err),
+        error: describeError(err),
       })
     })
   }

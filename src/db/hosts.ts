@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { isIP, Socket } from 'node:net'
 import tls from 'node:tls'
 import postgres from 'postgres'
+import { describeError } from '../log.ts'
 import { hostUrls } from './database-url.ts'
 
 /** The driver's view of where to connect (`host` and `port` lists, or a Unix socket `path`). */
@@ -358,7 +359,7 @@ export function hostConnector(
           return await openHost(whereOf(host), settings, timeoutMs, hooks)
         } catch (err) {
           last = err
-          problems.push(`${host.host}: ${err instanceof Error ? err.message : String(err)}`)
+          problems.push(`${host.host}: ${describeError(err)}`)
         }
       }
       if (hosts.length === 1 && last instanceof Error) throw last

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
 import { limits } from '../limits.ts'
-import { createLog, type Log } from '../log.ts'
+import { createLog, describeError, type Log } from '../log.ts'
 import { createSql } from './sql.ts'
 
 /** The folder of the plain-SQL migrations. */
@@ -79,7 +79,7 @@ export async function migrate(
   })
   client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
   await client.connect().catch((err: unknown) => {
-    const message = err instanceof Error ? err.message : String(err)
+    const message = describeError(err)
     throw new Error(
       /timeout/i.test(message)
         ? `no answer within ${limits.database.connect / 1000} s (${message})`

@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { isWritableHost } from './hosts.ts'
@@ -58,7 +58,7 @@ export async function prepareDatabase(
       .stop()
       .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
     throw new Error(
-      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${err instanceof Error ? err.message : String(err)}`,
+      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${describeError(err)}`,
     )
   }
   return db
@@ -80,7 +80,7 @@ export async function primaryUrl(text: string): Promise<string> {
       if (await isWritableHost(url, limits.database.connect)) return url.toString()
       problems.push(`${url.host} is read-only`)
     } catch (err) {
-      problems.push(`${url.host}: ${err instanceof Error ? err.message : String(err)}`)
+      problems.push(`${url.host}: ${describeError(err)}`)
     }
   }
   throw new Error(`no writable server among the hosts (${problems.join('; ')})`)

@@ -1,5 +1,6 @@
 import { totalmem } from 'node:os'
 import type { Sql } from 'postgres'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 
 // Clients choose their own ids, often at random, and the plants table only grows. Once the
@@ -88,6 +89,22 @@ export async function warnAboutServerSettings(sql: Sql, log: Log): Promise<void>
   if (maxWal < 2 * 2 ** 30) {
     log.warn(
       `max_wal_size is ${Math.round(maxWal / 2 ** 20)} MB: under a steady stream of creates checkpoints come by WAL volume, and each one makes every page's next change a full-page image again; set max_wal_size to 8GB or more (see docs/operations.md)`,
+    )
+  }
+}
+
+/**
+ * Through a transaction pooler the service cannot set statement_timeout per session; the role or
+ * database should carry the contract's 5 s. One warning at start when it does not.
+ */
+export async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<void> {
+  const [row] = await sql<{ ms: number }[]>`
+    select setting::int * case unit when 's' then 1000 else 1 end as ms
+    from pg_settings where name = 'statement_timeout'`
+  const ms = row?.ms ?? 0
+  if (ms === 0 || ms > limits.database.statement) {
+    log.warn(
+      `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
     )
   }
 }

@@ -10,7 +10,7 @@ import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { DatabaseUnavailable } from '../db/unavailable.ts'
 import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import { errorTable, type Failure, failure, failureHeaders } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
@@ -87,7 +87,7 @@ export function createHttpServer({
     handle(req, res, conn, route, log, metrics, traceContext, trustedProxies).catch(
       (err: unknown) => {
         log.error('failed to answer a request', {
-          error: err instanceof Error ? err.message : String(err),
+          error: describeError(err),
         })
         res.destroy()
       },
