@@ -2,6 +2,7 @@ import type { Server } from 'node:http'
 import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { createReadyz, healthz } from './http/health.ts'
+import { drain, listen } from './http/lifecycle.ts'
 import { createBuckets } from './http/rate-limit.ts'
 import { createRouter, type Route } from './http/router.ts'
 import { createHttpServer } from './http/server.ts'
@@ -101,4 +102,47 @@ export function createApp({
     maxConnections: settings.maxConnections,
     trustedProxies: settings.trustedProxies,
   })
+}
+
+/** The HTTP side of a running service. */
+export type ServingHttp = {
+  readonly url: string
+  /** Drains the service's port (at most `graceMs`), then the metrics port. */
+  readonly close: (graceMs: number) => Promise<void>
+}
+
+/**
+ * Listens on the service's port (and on `METRICS_PORT` when set), and says where: a worker says
+ * it is ready; with WORKERS the primary says where the service listens once every worker does.
+ */
+export async function serveHttp(
+  deps: Omit<AppDeps, 'metricsRoute' | 'settings'>,
+  config: Config,
+  role: 'single' | 'worker',
+): Promise<ServingHttp> {
+  const { log, metrics } = deps
+  const ownMetricsPort = config.metrics && config.metricsPort !== undefined
+  const server = createApp({ ...deps, settings: config, metricsRoute: !ownMetricsPort })
+  const { url, port } = await listen(server, config.port, config.host)
+  const metricsServer = ownMetricsPort ? createMetricsServer(metrics, log, config) : undefined
+  if (metricsServer) {
+    const { url: at } = await listen(
+      metricsServer,
+      config.metricsPort ?? 0,
+      config.metricsHost,
+    ).catch((err: unknown) => {
+      server.close()
+      throw err
+    })
+    if (role !== 'worker') log.info(`metrics on ${at}/metrics`, { host: config.metricsHost })
+  }
+  if (role === 'worker') log.info(`worker ready on ${url}`, { pid: process.pid })
+  else log.info(`listening on ${url}`, { host: config.host, port })
+  return {
+    url,
+    async close(graceMs) {
+      await drain(server, graceMs, log)
+      if (metricsServer) await drain(metricsServer, 0, log)
+    },
+  }
 }

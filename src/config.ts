@@ -167,8 +167,8 @@ export type Config = Readonly<{
   /** Open client connections at most (per process); `undefined`: no cap. */
   maxConnections: number | undefined
   /**
-   * Failed authentications a client address may make per 10 s before it gets 429 (42901);
-   * `undefined`: no limit.
+   * Failed authentications a client address may make per window (`limits.authFailures`) before
+   * it gets 429 (42901); `undefined`: no limit.
    */
   authFailureLimit: number | undefined
   /** Requests a token may make per second before it gets 429 (42902); `undefined`: no limit. */

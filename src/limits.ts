@@ -5,6 +5,8 @@
 export const limits = {
   /** The largest accepted body, in bytes (16 KiB). */
   bodyBytes: 16 * 1024,
+  /** Lengths of a plant's texts, in Unicode code points, as PostgreSQL's `char_length` counts. */
+  plant: { name: 200, tag: 100 },
   /** Time limits of a connection, in milliseconds: headers, whole request, idle keep-alive. */
   http: {
     headers: 10_000,

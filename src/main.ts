@@ -8,9 +8,10 @@ import { type Config, ConfigError, parseConfig } from './config.ts'
 import { createLog, describeError } from './log.ts'
 
 const usage =
-  'usage: main.ts [serve] | migrate [up | down [N]] | token create NAME | token list | token revoke NAME | grant ROLE | openapi [FILE]'
+  'usage: main.ts [serve] | migrate [up | down [N]] | token create|rotate|list|revoke … | grant ROLE | openapi [FILE]'
 
-// The entry point: the only place that reads the environment and handles signals.
+// The entry point: the only place that reads the environment; it runs the command asked for
+// (cli/serve.ts handles the signals of a running service).
 async function main(argv: readonly string[]): Promise<number> {
   let config: Config
   try {

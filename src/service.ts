@@ -1,19 +1,16 @@
-import { createApp, createMetricsServer } from './app.ts'
-import { ensureDevToken } from './auth/dev-token.ts'
-import { createLastUse } from './auth/last-use.ts'
-import { createTokenCache, type TokenCache } from './auth/token-cache.ts'
-import { watchTokenLifetimes } from './auth/token-warnings.ts'
+import { serveHttp } from './app.ts'
+import { startTokens } from './auth/start-tokens.ts'
+import type { TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { plantsWritePath, watchWritePath } from './db/citus.ts'
+import { followWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
-import { warnAboutServerSettings, warnWithoutStatementTimeout } from './db/server-settings.ts'
-import { openStatementSlots } from './db/slots.ts'
-import { createSql, leaveReadOnlyServer } from './db/sql.ts'
-import { drain, listen } from './http/lifecycle.ts'
+import { warnAboutDatabase } from './db/server-settings.ts'
+import { openServicePools } from './db/sql.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
-import { type BatchLimits, createPlantRepository, type PlantStore } from './plants/repository.ts'
+import type { BatchLimits, PlantStore } from './plants/repository.ts'
+import { openPlantStore } from './plants/store.ts'
 
 /** A running service. */
 export type Service = {
@@ -27,7 +24,10 @@ export type Service = {
   readonly store: PlantStore
 }
 
-/** What a caller may choose beyond the configuration; `main.ts` passes only `role`. */
+/**
+ * What a caller may choose beyond the configuration; `cli/serve.ts` passes `role`, `dataDir` and
+ * `stopRequested`, the tests the rest.
+ */
 export type ServiceOptions = {
   /**
    * `single` (the default): this process prepares the database (embedded start, migrations, dev
@@ -48,7 +48,8 @@ export type ServiceOptions = {
 
 /**
  * Starts the whole service: database (embedded when `DATABASE_URL` is unset), migrations, token
- * cache, HTTP server. The one assembly: `main.ts`, each worker and the tests all start this.
+ * cache, HTTP server. The one assembly: `npm start` (cli/serve.ts), each worker and the tests all
+ * start this.
  * Whatever was started is released again if a later step fails.
  */
 export async function startService(
@@ -58,137 +59,96 @@ export async function startService(
     role = 'single',
     dataDir = defaultDataDir,
     connectTo,
-    batchLimits,
+    batchLimits = limits.batch,
     lastUseEveryMs,
     stopRequested = () => undefined,
   }: ServiceOptions = {},
 ): Promise<Service> {
-  const cleanups: (() => Promise<void>)[] = []
-  const release = async () => {
-    for (const cleanup of cleanups.reverse())
-      await cleanup().catch((err: unknown) =>
-        log.error('shutdown step failed', { error: String(err) }),
-      )
-  }
+  const held = holding(log)
   const goOn = () => {
     const signal = stopRequested()
     if (signal !== undefined) throw new Error(`${signal} received during start-up`)
   }
+  const single = role === 'single'
+  const transactionPooler = config.poolMode === 'transaction'
   try {
-    // A worker's primary has prepared the database before it started the worker.
-    const db =
-      role === 'worker'
-        ? await openDatabase(config, log, { dataDir })
-        : await prepareDatabase(config, log, dataDir)
-    cleanups.push(db.stop)
+    // 1. The database: prepared here (embedded start, migrations), or by a worker's primary.
+    const db = single
+      ? await prepareDatabase(config, log, dataDir)
+      : await openDatabase(config, log, { dataDir })
+    held.add(db.stop)
     goOn()
-    const sessionUrl = config.databaseDirectUrl ?? db.url
-    const metrics = config.metrics ? createMetrics({ clusterWorker: role === 'worker' }) : noMetrics
-    const transactionPooler = config.poolMode === 'transaction'
-    const poolUrl = connectTo ? connectTo(db.url) : db.url
-    // The creates have slots of their own (below); this pool serves token loads and start-up.
-    const sql = createSql(poolUrl, log, {
-      max: 2,
-      connectionClosed: metrics.connectionClosed,
-      transactionPooler,
-    })
-    cleanups.push(() => sql.end({ timeout: 5 }))
-    // LISTEN needs a session: through a transaction pooler it goes to the direct URL instead.
-    const listenSql = transactionPooler
-      ? createSql(sessionUrl, log, { max: 1, applicationName: 'plant-store listen' })
-      : sql
-    if (listenSql !== sql) cleanups.push(() => listenSql.end({ timeout: 5 }))
-    if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
-    // The embedded database gets these settings itself; a DBA's is only told.
-    if (!db.owned && role === 'single') await warnAboutServerSettings(sql, log)
-    if (db.owned && role === 'single') await ensureDevToken(sql, dataDir, log)
-    // Once per start and then daily (with WORKERS the primary says it, primary.ts), before the
-    // token cache starts: its first reload would otherwise run beside it on a second connection.
-    if (role === 'single') {
-      const stopWatching = await watchTokenLifetimes(sql, log)
-      cleanups.push(async () => stopWatching())
-    }
-    // Citus routes a multi-row VALUES per shard, and pulls an unnest batch to the coordinator.
-    // Read before the token cache starts, so that start-up queries share one connection.
-    const citus = await plantsWritePath(sql, log, role === 'single')
-    let writePath = citus.path
-    // On Citus the path is read again every 10 s: distributing plants or moving its shards
-    // needs no restart.
-    if (citus.citus) {
-      const stopWatching = watchWritePath(sql, log, writePath, (p) => {
-        writePath = p
-      })
-      cleanups.push(async () => stopWatching())
-    }
-    const tokens = createTokenCache(sql, log, undefined, listenSql)
-    await tokens.start()
-    cleanups.push(tokens.close)
-    // Last uses are written on the token pool, never on the creates' statement slots.
-    const lastUse = createLastUse(sql, log, lastUseEveryMs)
-    cleanups.push(lastUse.settled)
+    const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
+    const url = connectTo ? connectTo(db.url) : db.url
 
-    goOn()
-    // The creates' statements each have a connection of their own, which can be cut loose.
-    const storeLimits = batchLimits ?? limits.batch
-    const slots = openStatementSlots(poolUrl, log, storeLimits.maxInFlight, {
-      connectionClosed: metrics.connectionClosed,
+    // 2. The pools for tokens and start-up, and the session that LISTENs.
+    const pools = openServicePools(url, config.databaseDirectUrl ?? db.url, log, {
       transactionPooler,
+      connectionClosed: metrics.connectionClosed,
     })
-    cleanups.push(async () => {
-      await Promise.all(slots.map((slot) => slot.end()))
+    held.add(pools.end)
+
+    // 3. What the database's settings call for, and how plants are written (Citus).
+    await warnAboutDatabase(pools.sql, log, {
+      transactionPooler,
+      serverSettings: single && !db.owned,
     })
-    const store = createPlantRepository(slots, storeLimits, {
-      writePath: () => writePath,
+    const writePath = await followWritePath(pools.sql, log, single)
+    held.add(async () => writePath.stop())
+
+    // 4. The tokens: the dev token and the warnings about lifetimes, the cache, last uses.
+    const tokens = await startTokens(pools.sql, pools.listen, log, {
+      prepare: single ? { embedded: db.owned, dataDir } : undefined,
+      lastUseEveryMs,
+    })
+    held.add(tokens.close)
+    goOn()
+
+    // 5. The plant store, on statement slots of its own.
+    const plants = openPlantStore(url, log, {
+      batchLimits,
+      transactionPooler,
+      connectionClosed: metrics.connectionClosed,
       statementRan: metrics.statementRan,
-      readOnly: leaveReadOnlyServer(log),
-      cutLoose: (slot, ms, sockets) =>
-        log.warn(
-          `no answer from the database for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
-          { sockets },
-        ),
+      writePath: writePath.current,
     })
-    const ownMetricsPort = config.metrics && config.metricsPort !== undefined
-    const server = createApp({
-      store,
-      tokens,
-      tokenUsed: lastUse.note,
-      log,
-      metrics,
-      settings: config,
-      metricsRoute: !ownMetricsPort,
-    })
-    const { url, port } = await listen(server, config.port, config.host)
-    const metricsServer = ownMetricsPort ? createMetricsServer(metrics, log, config) : undefined
-    if (metricsServer) {
-      const { url: at } = await listen(
-        metricsServer,
-        config.metricsPort ?? 0,
-        config.metricsHost,
-      ).catch((err: unknown) => {
-        server.close()
-        throw err
-      })
-      cleanups.push(() => drain(metricsServer, 0, log))
-      if (role !== 'worker') log.info(`metrics on ${at}/metrics`, { host: config.metricsHost })
-    }
-    // With WORKERS, the primary says where the service listens once every worker does.
-    if (role === 'worker') log.info(`worker ready on ${url}`, { pid: process.pid })
-    else log.info(`listening on ${url}`, { host: config.host, port })
+    held.add(plants.close)
+
+    // 6. The HTTP ports.
+    const http = await serveHttp(
+      { store: plants.store, tokens: tokens.cache, tokenUsed: tokens.used, log, metrics },
+      config,
+      role,
+    )
     let closing: Promise<void> | undefined
     return {
-      url,
-      tokens,
-      store,
+      url: http.url,
+      tokens: tokens.cache,
+      store: plants.store,
       close(graceMs = limits.drain) {
         closing ??= (async () => {
-          await drain(server, graceMs, log)
-          await release()
+          await http.close(graceMs)
+          await held.release()
         })()
         return closing
       },
     }
   } catch (err) {
-    await release()
+    await held.release()
     throw err
+  }
+}
+
+/** What a start has opened, released last first: at shutdown, or when a later step fails. */
+function holding(log: Log) {
+  const releases: (() => Promise<void>)[] = []
+  return {
+    add: (release: () => Promise<void>) => releases.push(release),
+    async release() {
+      for (const release of releases.splice(0).reverse())
+        await release().catch((err: unknown) =>
+          log.error('shutdown step failed', { error: String(err) }),
+        )
+    },
   }
 }

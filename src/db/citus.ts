@@ -96,6 +96,26 @@ export async function readWritePath(sql: Sql): Promise<WritePath> {
 }
 
 /**
+ * How plants are written, read at start (`say`: with its log line) and, on Citus, again every
+ * 10 s (distributing plants or moving its shards needs no restart). `current` is read for each
+ * statement; `stop` ends the watching.
+ */
+export async function followWritePath(
+  sql: Sql,
+  log: Log,
+  say: boolean,
+): Promise<{ current: () => WritePath; stop: () => void }> {
+  const found = await plantsWritePath(sql, log, say)
+  let path = found.path
+  const stop = found.citus
+    ? watchWritePath(sql, log, path, (p) => {
+        path = p
+      })
+    : () => {}
+  return { current: () => path, stop }
+}
+
+/**
  * Reads the write path again every `everyMs` and hands a changed one to `use`, with a log line:
  * a DBA who distributes plants, makes it local again or moves its shards needs no restart. A
  * read that fails (the database away) changes nothing. Returns the stop.

@@ -95,6 +95,39 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
   })
 }
 
+/** The service's pools beside the creates' statement slots. */
+export type ServicePools = {
+  /** Token loads, last uses and start-up queries: two connections. */
+  readonly sql: Sql
+  /** Where the token cache LISTENs: `sql`, or through a transaction pooler a session of its own. */
+  readonly listen: Sql
+  readonly end: () => Promise<void>
+}
+
+/**
+ * Opens the service's own pools on `url` (through a transaction pooler, LISTEN goes to
+ * `sessionUrl`, since it needs a session). The creates have slots of their own (`slots.ts`).
+ */
+export function openServicePools(
+  url: string,
+  sessionUrl: string,
+  log: Log,
+  options: Pick<SqlOptions, 'transactionPooler' | 'connectionClosed'>,
+): ServicePools {
+  const sql = createSql(url, log, { ...options, max: 2 })
+  const listen = options.transactionPooler
+    ? createSql(sessionUrl, log, { max: 1, applicationName: 'plant-store listen' })
+    : sql
+  return {
+    sql,
+    listen,
+    async end() {
+      if (listen !== sql) await listen.end({ timeout: 5 })
+      await sql.end({ timeout: 5 })
+    },
+  }
+}
+
 /**
  * What to do when a write meets a read-only server (25006): a standby, or an old primary that a
  * DNS name still points at. The pools keep their connections to it, so it ends them from the

@@ -135,7 +135,8 @@ function storeMetrics(
   const rows = new Histogram({
     name: 'plant_store_create_batch_rows',
     help: 'Rows per insert statement: concurrent creates share one statement and one commit',
-    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+    // Up to the most rows one statement takes.
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, limits.batch.maxBatch],
     registers,
   })
   const statements = new Histogram({

@@ -50,13 +50,6 @@ function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
   return failure(40009, `id ${plant.id}: a plant with this id exists with a different name or tag`)
 }
 
-/**
- * Stores a batch of creates, each with its own outcome. Inserts the first create of each id in
- * one statement; the ids that were not inserted are then read in a second statement, whose fresh
- * snapshot also sees rows that concurrent transactions committed while the insert waited for
- * them. Later creates of an id in the same batch are decided against what the id ends up
- * holding: retry or 40009.
- */
 /** Inserts `rows` as one multi-row VALUES statement; the ids inserted. */
 function insertValues(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }[]> {
   return sql<{ id: string }[]>`
@@ -104,6 +97,13 @@ async function insertRouted(
   return { inserted, failed }
 }
 
+/**
+ * Stores a batch of creates, each with its own outcome. Inserts the first create of each id in
+ * one statement; the ids that were not inserted are then read in a second statement, whose fresh
+ * snapshot also sees rows that concurrent transactions committed while the insert waited for
+ * them. Later creates of an id in the same batch are decided against what the id ends up
+ * holding: retry or 40009.
+ */
 export async function storePlants(
   sql: Sql,
   batch: readonly NewRow[],

@@ -1,11 +1,9 @@
 import * as v from 'valibot'
 import { type Failure, failure } from '../http/errors.ts'
+import { limits } from '../limits.ts'
 
 /** The int64 range of `plants.id`. */
 export const idRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n } as const
-
-/** Length limits, in Unicode code points, as PostgreSQL's `char_length` counts them. */
-export const limits = { name: 200, tag: 100 } as const
 
 const idRangeMessage = `must be an integer from ${idRange.min} to ${idRange.max}`
 
@@ -64,20 +62,18 @@ export function text(max: number) {
   )
 }
 
-/** The body of `POST /plants`; members other than these are ignored. */
 const idDescription =
   'Identification number of the plant, chosen by the client: an integer literal (no fraction, no exponent) in the int64 range, kept exactly (9007199254740993 is never rounded). It is also the idempotency key of the create.'
-const nameDescription =
-  'The name of the plant: 1 to 200 characters (Unicode code points), no U+0000, no lone surrogates.'
-const tagDescription =
-  'Tag that specifies the type of the plant: 1 to 100 characters (Unicode code points), no U+0000, no lone surrogates. Omitted when none was given; null is refused.'
+const nameDescription = `The name of the plant: 1 to ${limits.plant.name} characters (Unicode code points), no U+0000, no lone surrogates.`
+const tagDescription = `Tag that specifies the type of the plant: 1 to ${limits.plant.tag} characters (Unicode code points), no U+0000, no lone surrogates. Omitted when none was given; null is refused.`
 
+/** The body of `POST /plants`; members other than these are ignored. */
 export const NewPlant = v.pipe(
   v.object(
     {
       id: v.pipe(PlantId, v.description(idDescription)),
-      name: v.pipe(text(limits.name), v.description(nameDescription)),
-      tag: v.optional(v.pipe(text(limits.tag), v.description(tagDescription))),
+      name: v.pipe(text(limits.plant.name), v.description(nameDescription)),
+      tag: v.optional(v.pipe(text(limits.plant.tag), v.description(tagDescription))),
     },
     'must be a JSON object',
   ),
@@ -90,9 +86,9 @@ export type NewPlant = v.InferOutput<typeof NewPlant>
 /** The answer of `POST /plants`: the stored name and tag (no id, as in the seed). */
 export const Plant = v.pipe(
   v.strictObject({
-    name: v.pipe(text(limits.name), v.description('The name of the plant, as stored')),
+    name: v.pipe(text(limits.plant.name), v.description('The name of the plant, as stored')),
     tag: v.optional(
-      v.pipe(text(limits.tag), v.description('The tag, as stored; omitted when none')),
+      v.pipe(text(limits.plant.tag), v.description('The tag, as stored; omitted when none')),
     ),
   }),
   v.description('The plant as stored (the seed defines no id member in it).'),
