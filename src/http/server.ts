@@ -14,14 +14,15 @@ import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import { errorTable, type Failure, failure, failureHeaders } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
+import type { Routed } from './router.ts'
 import { traceOf } from './trace-context.ts'
-import type { Content, Handler, Outcome, Reply, RequestContext } from './types.ts'
+import type { Content, Outcome, Reply, RequestContext } from './types.ts'
 
 const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
 
 /** Options of the HTTP adapter. */
 export type HttpOptions = {
-  readonly route: (method: string, path: string) => Handler | Failure
+  readonly route: (method: string, path: string) => Routed
   readonly log: Log
   /** Hears of every request answered, and of every 503 for the database. */
   readonly metrics?: Pick<Metrics, 'requestAnswered' | 'unavailable'>
@@ -215,6 +216,7 @@ async function handle(
     sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
     client: clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
     responseHeaders: undefined,
+    params: {},
   }
   const method = req.method ?? 'GET'
   const url = req.url ?? '/'
@@ -227,8 +229,9 @@ async function handle(
   // The route pattern, never the raw path: every unknown path is one label value.
   let routeLabel = 'unmatched'
   try {
-    const target = route(method, path)
-    if (typeof target === 'function' || target.code === 40501) routeLabel = path
+    const { target, pattern, params } = route(method, path)
+    routeLabel = pattern ?? 'unmatched'
+    ctx.params = params
     outcome = typeof target === 'function' ? await target(req, ctx) : target
   } catch (err) {
     if (err instanceof DatabaseUnavailable) {

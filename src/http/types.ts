@@ -39,6 +39,8 @@ export type RequestContext = {
   readonly client: string | undefined
   /** Headers a handler adds to its answer, such as RateLimit. */
   responseHeaders: Record<string, string> | undefined
+  /** The `:name` segments of the route's pattern, decoded (router.ts). */
+  params: Readonly<Record<string, string>>
 }
 
 /** A route handler; it throws only for bugs and infrastructure faults. */
