@@ -7,11 +7,12 @@
 // line of stdout.
 import { createServer, type ServerResponse } from 'node:http'
 import postgres from 'postgres'
+import { limits } from '../src/limits.ts'
 
 type Create = { id: string; name: string; tag: string | null; res: ServerResponse }
 
-const maxInFlight = 2
-const maxBatch = 1000
+// The service's own batch limits, so that the floor is measured on the same terms.
+const { maxInFlight, maxBatch } = limits.batch
 const sql = postgres(process.env.DATABASE_URL ?? '', { max: maxInFlight, onnotice: () => {} })
 const queue: Create[] = []
 let inFlight = 0

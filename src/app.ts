@@ -1,7 +1,7 @@
 import type { Server } from 'node:http'
 import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { createReadyz, healthz } from './http/health.ts'
+import { createReadyz, healthz } from './health/health.ts'
 import { drain, listen } from './http/lifecycle.ts'
 import { createBuckets } from './http/rate-limit.ts'
 import { createRouter, type Route } from './http/router.ts'

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { openStatementSlots } from '../src/db/slots.ts'
-import { DatabaseUnavailable } from '../src/db/unavailable.ts'
 import { limits as contractLimits } from '../src/limits.ts'
+import { DatabaseUnavailable } from '../src/outcome.ts'
 import {
   type BatchLimits,
   type CreateOutcome,

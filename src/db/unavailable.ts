@@ -1,18 +1,4 @@
-/**
- * Why a request found the database unavailable: too many creates waiting, no answer before the
- * request's deadline, or the database itself (connection lost or refused, statement timeout).
- */
-export type UnavailableReason = 'queue_full' | 'deadline' | 'database'
-
-/** Thrown when PostgreSQL cannot be reached or does not answer in time; answered with 503. */
-export class DatabaseUnavailable extends Error {
-  override name = 'DatabaseUnavailable'
-  readonly reason: UnavailableReason
-  constructor(message: string, options: { reason?: UnavailableReason; cause?: unknown } = {}) {
-    super(message, { cause: options.cause })
-    this.reason = options.reason ?? 'database'
-  }
-}
+import { DatabaseUnavailable } from '../outcome.ts'
 
 // Connection-level failures of the postgres driver and of Node's sockets.
 const connectionCodes = new Set([

@@ -7,9 +7,9 @@ import {
   Histogram,
   Registry,
 } from 'prom-client'
-import type { UnavailableReason } from '../db/unavailable.ts'
 import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
+import type { UnavailableReason } from '../outcome.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
 
 /** How a create ended, as the client saw it. */

@@ -1,9 +1,5 @@
-import {
-  DatabaseUnavailable,
-  isConnectionLost,
-  isUnavailable,
-  translateUnavailable,
-} from '../db/unavailable.ts'
+import { isConnectionLost, isUnavailable, translateUnavailable } from '../db/unavailable.ts'
+import { DatabaseUnavailable } from '../outcome.ts'
 
 /** How items are grouped into statements. */
 export type BatchLimits = {

@@ -1,9 +1,9 @@
 import { migrationNames, migrationsTable } from '../db/migrate.ts'
-import { DatabaseUnavailable } from '../db/unavailable.ts'
+import { failure } from '../http/errors.ts'
+import { type Handler, reply } from '../http/types.ts'
 import type { Log } from '../log.ts'
+import { DatabaseUnavailable } from '../outcome.ts'
 import type { PlantStore } from '../plants/repository.ts'
-import { failure } from './errors.ts'
-import { type Handler, reply } from './types.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
 export const healthz: Handler = () => reply({ status: 'ok' })
