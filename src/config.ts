@@ -6,26 +6,6 @@ import { hostUrls } from './db/database-url.ts'
 import { limits } from './limits.ts'
 import { type LogLevel, logLevels } from './log.ts'
 
-/** The settings table: each variable with its default (`undefined`: none); the README explains them. */
-export const settings = {
-  DATABASE_URL: { default: undefined },
-  DATABASE_POOL_MODE: { default: 'session' },
-  DATABASE_DIRECT_URL: { default: undefined },
-  PORT: { default: '8080' },
-  HOST: { default: '127.0.0.1' },
-  LOG_LEVEL: { default: 'info' },
-  METRICS: { default: 'on' },
-  METRICS_PORT: { default: undefined },
-  METRICS_HOST: { default: '127.0.0.1' },
-  TRACE_CONTEXT: { default: 'on' },
-  WORKERS: { default: '1' },
-  MAX_CONNECTIONS: { default: 'auto' },
-  AUTH_FAILURE_LIMIT: { default: String(limits.authFailures.allowed) },
-  RATE_LIMIT: { default: 'off' },
-  MIGRATE: { default: 'on' },
-  TRUSTED_PROXIES: { default: undefined },
-} as const
-
 const onOff = v.pipe(
   v.picklist(['on', 'off'], 'must be on or off'),
   v.transform((s) => s === 'on'),
@@ -88,9 +68,10 @@ const countOrOff = v.pipe(
   v.transform((s) => (s === 'off' ? undefined : Number(s))),
 )
 
+// Unset, it is the empty list: nobody's X-Forwarded-For is believed.
 const addressList = v.pipe(
-  v.string(),
-  v.transform((s) => s.split(',').map((a) => a.trim())),
+  v.optional(v.string(), ''),
+  v.transform((s) => (s === '' ? [] : s.split(',').map((a) => a.trim()))),
   v.check((list) => list.every((a) => isIP(a) !== 0), 'must be IP addresses separated by commas'),
   v.transform((list) => new Set(list)),
 )
@@ -113,74 +94,139 @@ const hostOrAddress = v.pipe(
   v.check(isHostOrAddress, 'must be a host name or an IP address'),
 )
 
-const EnvSchema = v.object({
-  DATABASE_URL: v.optional(databaseUrl),
-  DATABASE_POOL_MODE: v.picklist(['session', 'transaction'], 'must be session or transaction'),
-  DATABASE_DIRECT_URL: v.optional(databaseUrl),
-  PORT: port,
-  HOST: hostOrAddress,
-  LOG_LEVEL: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
-  METRICS: onOff,
-  METRICS_PORT: v.optional(
-    v.pipe(
-      v.string(),
-      v.regex(/^[1-9]\d{0,4}$/, 'must be an integer from 1 to 65535'),
-      v.transform(Number),
-      v.maxValue(65535, 'must be an integer from 1 to 65535'),
-    ),
-  ),
-  METRICS_HOST: hostOrAddress,
-  TRACE_CONTEXT: onOff,
-  WORKERS: workers,
-  MAX_CONNECTIONS: maxConnections,
-  AUTH_FAILURE_LIMIT: countOrOff,
-  RATE_LIMIT: countOrOff,
-  MIGRATE: onOff,
-  TRUSTED_PROXIES: v.optional(addressList),
-})
+// An own port for GET /metrics: 0 is not allowed (the log could not say where it went).
+const ownPort = v.pipe(
+  v.string(),
+  v.regex(/^[1-9]\d{0,4}$/, 'must be an integer from 1 to 65535'),
+  v.transform(Number),
+  v.maxValue(65535, 'must be an integer from 1 to 65535'),
+)
 
-/** The validated, frozen settings of one process. */
-export type Config = Readonly<{
-  databaseUrl: string | undefined
-  /**
-   * `transaction` when DATABASE_URL leads to a pooler in transaction mode (PgBouncer): no
-   * prepared statements and no session settings; migrations and LISTEN use `databaseDirectUrl`.
-   */
-  poolMode: 'session' | 'transaction'
-  /** A session connection to PostgreSQL itself, for migrations and LISTEN. */
-  databaseDirectUrl: string | undefined
-  port: number
-  host: string
-  logLevel: LogLevel
-  /** Serve GET /metrics and keep the counters behind it. */
-  metrics: boolean
-  /**
-   * Where GET /metrics is served instead of the service's port: a port of its own, on
-   * `metricsHost` (loopback unless told otherwise). `undefined`: on the service's port.
-   */
-  metricsPort: number | undefined
-  metricsHost: string
-  /** Keep or start a W3C trace context per request: `traceparent` and the log's trace ids. */
-  traceContext: boolean
-  /** Processes serving HTTP: 1 is this process alone; more are node:cluster workers. */
-  workers: number
-  /** Open client connections at most (per process); `undefined`: no cap. */
-  maxConnections: number | undefined
-  /**
-   * Failed authentications a client address may make per window (`limits.authFailures`) before
-   * it gets 429 (42901); `undefined`: no limit.
-   */
-  authFailureLimit: number | undefined
-  /** Requests a token may make per second before it gets 429 (42902); `undefined`: no limit. */
-  rateLimit: number | undefined
-  /** Proxies whose X-Forwarded-For names the client. */
-  trustedProxies: ReadonlySet<string>
-  /**
-   * Apply pending migrations at start (on), or only check that none is pending (off: the role
-   * may lack the right to create tables, and the owner migrates with `npm run migrate`).
-   */
-  migrate: boolean
-}>
+/**
+ * Every environment variable, declared once: the Config key it sets, how it is parsed, its
+ * default (`undefined`: none; `unset` says what that means, `why` explains a default), and the
+ * README's words for it (`meaning`). `test/readme-tables.test.ts` checks the README's
+ * configuration table, row by row, against this.
+ */
+export const variables = {
+  DATABASE_URL: {
+    key: 'databaseUrl',
+    schema: v.optional(databaseUrl),
+    default: undefined,
+    unset: `embedded PostgreSQL with its data in \`.data/\`, kept across restarts, and settings for a growing table`,
+    meaning: `PostgreSQL to use (\`postgres://user:password@host:5432/db\`; several hosts as libpq lists them, for [failover](docs/scaling.md#running-several-instances); libpq's \`sslmode\` and \`sslrootcert\` for [TLS](docs/operations.md#tls-to-the-database)); the tests run on 18, failover and TLS on 15 too (12 and later should work). The service warns at start about settings that hurt a growing table ([settings](docs/operations.md#postgresql-settings-for-a-growing-table))`,
+  },
+  DATABASE_POOL_MODE: {
+    key: 'poolMode',
+    schema: v.picklist(['session', 'transaction'], 'must be session or transaction'),
+    default: 'session',
+    meaning: `\`session\` (PostgreSQL itself, or a pooler in session mode) or \`transaction\` (DATABASE_URL leads to a pooler in transaction mode, such as PgBouncer: see [Connection poolers](docs/scaling.md#running-several-instances))`,
+  },
+  DATABASE_DIRECT_URL: {
+    key: 'databaseDirectUrl',
+    schema: v.optional(databaseUrl),
+    default: undefined,
+    unset: `DATABASE_URL`,
+    meaning: `a session connection to the same database (PostgreSQL itself, or a session-mode pool), for migrations, \`LISTEN\` and the commands; needed with \`DATABASE_POOL_MODE=transaction\``,
+  },
+  PORT: {
+    key: 'port',
+    schema: port,
+    default: '8080',
+    meaning: `HTTP port; \`0\` picks a free one (the log says which)`,
+  },
+  HOST: {
+    key: 'host',
+    schema: hostOrAddress,
+    default: '127.0.0.1',
+    meaning: `address to bind`,
+  },
+  LOG_LEVEL: {
+    key: 'logLevel',
+    schema: v.picklist(logLevels, `must be one of ${logLevels.join(', ')}`),
+    default: 'info',
+    meaning: `\`debug\`, \`info\`, \`warn\` or \`error\``,
+  },
+  METRICS: {
+    key: 'metrics',
+    schema: onOff,
+    default: 'on',
+    meaning: `\`on\`: serve \`GET /metrics\` (see [Observability](docs/observability.md)); \`off\`: no \`/metrics\` (404) and no counting`,
+  },
+  METRICS_PORT: {
+    key: 'metricsPort',
+    schema: v.optional(ownPort),
+    default: undefined,
+    unset: `on the service's port, to whoever can reach it`,
+    meaning: `serve \`GET /metrics\` on this port (1 to 65535, not \`PORT\`) instead of the service's port, which then answers it 404`,
+  },
+  METRICS_HOST: {
+    key: 'metricsHost',
+    schema: hostOrAddress,
+    default: '127.0.0.1',
+    meaning: `address the \`METRICS_PORT\` server binds`,
+  },
+  TRACE_CONTEXT: {
+    key: 'traceContext',
+    schema: onOff,
+    default: 'on',
+    meaning: `\`on\`: keep or start a W3C trace context per request (\`traceparent\`); \`off\`: none`,
+  },
+  WORKERS: {
+    key: 'workers',
+    schema: workers,
+    default: '1',
+    meaning: `processes serving HTTP: \`1\` is this process alone; \`2\` to \`256\`, or \`auto\` (one per core this process may use), start that many \`node:cluster\` workers on the one port (see [Worker processes](docs/scaling.md#worker-processes)); Node only`,
+  },
+  MIGRATE: {
+    key: 'migrate',
+    schema: onOff,
+    default: 'on',
+    meaning: `\`on\`: apply pending migrations at start; \`off\`: only check that none is pending, and stop with one line if one is: for a role that may not create tables, while the owner runs \`npm run migrate\` ([least privilege](docs/operations.md#least-privilege-in-the-database))`,
+  },
+  AUTH_FAILURE_LIMIT: {
+    key: 'authFailureLimit',
+    schema: countOrOff,
+    default: String(limits.authFailures.allowed),
+    meaning: `failed authentications (401 and 40010) a client address may make per ${limits.authFailures.windowSeconds} s; past it, 429 / 42901. Only failures count: a request with a valid token is never refused for them, whoever else shares its address. \`off\` or 1 to 1000000`,
+  },
+  RATE_LIMIT: {
+    key: 'rateLimit',
+    schema: countOrOff,
+    default: 'off',
+    why: `tokens are issued by operators to clients they know, and the database's own rate is the limit that matters`,
+    meaning: `requests a token may make per second (a bucket of that many, refilled at that rate); past it, 429 / 42902, and every answer to the token carries the IETF \`RateLimit\` and \`RateLimit-Policy\` fields. \`off\` or 1 to 1000000`,
+  },
+  TRUSTED_PROXIES: {
+    key: 'trustedProxies',
+    schema: addressList,
+    default: undefined,
+    unset: `the peer's address is the client`,
+    meaning: `IP addresses of proxies whose \`X-Forwarded-For\` names the client, comma-separated: the nearest address in it that is not a trusted proxy is then the client, in the log and for \`AUTH_FAILURE_LIMIT\`; from anyone else the field is ignored`,
+  },
+  MAX_CONNECTIONS: {
+    key: 'maxConnections',
+    schema: maxConnections,
+    default: 'auto',
+    why: `the process's open-file limit less 100 (for the pool, \`LISTEN\` and the log), at least 16; no cap where the limit cannot be read`,
+    meaning: `open client connections at most, per process; more are closed as soon as they are accepted; \`auto\` or 1 to 1000000`,
+  },
+} as const
+
+type Variables = typeof variables
+
+const EnvSchema = v.object(
+  Object.fromEntries(
+    Object.entries(variables).map(([name, variable]) => [name, variable.schema]),
+  ) as {
+    [N in keyof Variables]: Variables[N]['schema']
+  },
+)
+
+/** The validated, frozen settings of one process, one key per variable (`variables`). */
+export type Config = {
+  readonly [N in keyof Variables as Variables[N]['key']]: v.InferOutput<Variables[N]['schema']>
+}
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
 export class ConfigError extends Error {
@@ -193,9 +239,9 @@ export class ConfigError extends Error {
  */
 export function parseConfig(env: Readonly<Record<string, string | undefined>>): Config {
   const input: Record<string, string> = {}
-  for (const [name, setting] of Object.entries(settings)) {
+  for (const [name, variable] of Object.entries(variables)) {
     const value = env[name]
-    const chosen = value === undefined || value === '' ? setting.default : value
+    const chosen = value === undefined || value === '' ? variable.default : value
     if (chosen !== undefined) input[name] = chosen
   }
   const result = v.safeParse(EnvSchema, input)
@@ -219,22 +265,12 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
       `invalid setting METRICS_PORT=${JSON.stringify(String(out.METRICS_PORT))}: must differ from PORT`,
     )
   }
-  return Object.freeze({
-    databaseUrl: out.DATABASE_URL,
-    poolMode: out.DATABASE_POOL_MODE,
-    databaseDirectUrl: out.DATABASE_DIRECT_URL,
-    port: out.PORT,
-    host: out.HOST,
-    logLevel: out.LOG_LEVEL,
-    metrics: out.METRICS,
-    metricsPort: out.METRICS_PORT,
-    metricsHost: out.METRICS_HOST,
-    traceContext: out.TRACE_CONTEXT,
-    workers: out.WORKERS,
-    maxConnections: out.MAX_CONNECTIONS,
-    authFailureLimit: out.AUTH_FAILURE_LIMIT,
-    rateLimit: out.RATE_LIMIT,
-    trustedProxies: out.TRUSTED_PROXIES ?? new Set<string>(),
-    migrate: out.MIGRATE,
-  })
+  return Object.freeze(
+    Object.fromEntries(
+      Object.entries(variables).map(([name, variable]) => [
+        variable.key,
+        out[name as keyof typeof out],
+      ]),
+    ),
+  ) as Config
 }

@@ -2,12 +2,12 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { settings } from '../src/config.ts'
+import { variables } from '../src/config.ts'
 import { errorTable } from '../src/http/errors.ts'
 import { formatted, limits } from '../src/limits.ts'
 import { projectDir } from './helpers/cli.ts'
 
-// The README's tables against the code's own single tables (src/config.ts `settings`,
+// The README's tables against the code's own single tables (src/config.ts `variables`,
 // src/http/errors.ts `errorTable`, src/limits.ts `limits`): a row changed, added or removed on
 // one side only fails here, naming the row.
 
@@ -48,20 +48,32 @@ describe("the README's tables hold to the code's", () => {
     assert.deepEqual(problems, [])
   })
 
-  test("the configuration table (README, Configuration) names every variable of settings, each with the code's default", () => {
+  test("the configuration table (README, Configuration) is the code's declaration of each variable, row by row: its words and its default", () => {
     const rows = tableAfter('## Configuration')
-    const inReadme = new Map(rows.map(([name = '', , fallback = '']) => [name, fallback]))
+    const inReadme = new Map(
+      rows.map(([name = '', meaning = '', fallback = '']) => [name, { meaning, fallback }]),
+    )
     const problems: string[] = []
-    for (const [name, { default: fallback }] of Object.entries(settings)) {
-      const cell = inReadme.get(`\`${name}\``)
-      if (cell === undefined) problems.push(`${name}: no row in the README`)
-      else if (fallback === undefined && !cell.startsWith('unset'))
-        problems.push(`${name}: the code has no default, the README says "${cell}"`)
-      else if (fallback !== undefined && !cell.startsWith(`\`${fallback}\``))
-        problems.push(`${name}: the code's default is ${fallback}, the README says "${cell}"`)
+    for (const [name, variable] of Object.entries(variables)) {
+      const row = inReadme.get(`\`${name}\``)
+      const declared = variable as { default: string | undefined; unset?: string; why?: string }
+      const fallback =
+        declared.default === undefined
+          ? `unset${declared.unset ? `: ${declared.unset}` : ''}`
+          : `\`${declared.default}\`${declared.why ? `: ${declared.why}` : ''}`
+      if (row === undefined) problems.push(`${name}: no row in the README`)
+      else {
+        if (row.meaning !== variable.meaning)
+          problems.push(`${name}: the README says "${row.meaning}", the code "${variable.meaning}"`)
+        if (row.fallback !== fallback)
+          problems.push(
+            `${name}: the README's default is "${row.fallback}", the code's "${fallback}"`,
+          )
+      }
     }
     for (const name of inReadme.keys())
-      if (!(name.slice(1, -1) in settings)) problems.push(`${name}: in the README, not in settings`)
+      if (!(name.slice(1, -1) in variables))
+        problems.push(`${name}: in the README, not in variables`)
     assert.deepEqual(problems, [])
   })
 
