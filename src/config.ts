@@ -4,7 +4,7 @@ import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
 import { hostUrls } from './db/database-url.ts'
 import { limits } from './limits.ts'
-import { type LogLevel, logLevels } from './log.ts'
+import { logLevels } from './log.ts'
 
 const onOff = v.pipe(
   v.picklist(['on', 'off'], 'must be on or off'),
