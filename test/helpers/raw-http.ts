@@ -54,3 +54,23 @@ export async function rawRequest(base: string, bytes: string | Uint8Array): Prom
   socket.write(bytes)
   return response
 }
+
+/** Every status line the server at `base` wrote on a connection sent `bytes`, until it closed it. */
+export async function statusLinesOf(base: string, bytes: string): Promise<number[]> {
+  const socket = await openSocket(base)
+  socket.on('error', () => {})
+  const chunks: Buffer[] = []
+  socket.on('data', (c: Buffer) => chunks.push(c))
+  const closed = new Promise((r) => socket.once('close', r))
+  socket.write(bytes)
+  // A connection that stays open after its answers is ended by the client.
+  const timer = setTimeout(() => socket.end(), 3000)
+  await closed
+  clearTimeout(timer)
+  // An answer's status line follows the previous body directly, with no line break before it.
+  return [
+    ...Buffer.concat(chunks)
+      .toString('latin1')
+      .matchAll(/HTTP\/1\.1 (\d{3}) /g),
+  ].map((m) => Number(m[1]))
+}
