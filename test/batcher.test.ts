@@ -1,0 +1,104 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { DatabaseUnavailable } from '../src/outcome.ts'
+import { createBatcher } from '../src/plants/batcher.ts'
+
+// The batcher on its own: a queue in front of a statement function. Here the "statement" is a
+// function that records its batches and finishes when the test releases it.
+
+function gatedStore() {
+  const batches: number[][] = []
+  const gates: (() => void)[] = []
+  const store = async (items: readonly number[]) => {
+    batches.push([...items])
+    await new Promise<void>((open) => gates.push(open))
+    return items.map((i) => (i < 0 ? new Error(`item ${i} refused`) : i * 10))
+  }
+  const releaseAll = () => {
+    for (const open of gates.splice(0)) open()
+  }
+  return { batches, store, releaseAll }
+}
+
+const tick = () => new Promise((done) => setImmediate(done))
+
+describe('createBatcher', () => {
+  test('items that arrive while the statements are in flight go together in the next one, each with its own outcome', async () => {
+    const { batches, store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 100, maxInFlight: 1, maxQueued: 1000 })
+    const first = b.submit(1)
+    await tick()
+    const rest = [2, 3, 4].map((i) => b.submit(i))
+    await tick()
+    assert.deepEqual(batches, [[1]])
+    assert.deepEqual(b.load().queued, 3)
+    releaseAll()
+    assert.equal(await first, 10)
+    await tick()
+    assert.deepEqual(batches, [[1], [2, 3, 4]])
+    releaseAll()
+    assert.deepEqual(await Promise.all(rest), [20, 30, 40])
+  })
+
+  test('a batch holds at most maxBatch items, and at most maxInFlight statements run at once', async () => {
+    const { batches, store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 2, maxInFlight: 2, maxQueued: 1000 })
+    const all = [1, 2, 3, 4, 5].map((i) => b.submit(i))
+    await tick()
+    assert.deepEqual(batches, [
+      [1, 2],
+      [3, 4],
+    ])
+    assert.equal(b.load().inFlight, 2)
+    releaseAll()
+    await tick()
+    await tick()
+    assert.deepEqual(batches, [[1, 2], [3, 4], [5]])
+    releaseAll()
+    assert.deepEqual(await Promise.all(all), [10, 20, 30, 40, 50])
+  })
+
+  test('an Error among the outcomes fails its item alone', async () => {
+    const { store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 10, maxInFlight: 1, maxQueued: 10 })
+    const all = [7, -1, 8].map((i) => b.submit(i).catch((err: Error) => err.message))
+    await tick()
+    releaseAll()
+    assert.deepEqual(await Promise.all(all), [70, 'item -1 refused', 80])
+  })
+
+  test('past maxQueued waiting, a submit is refused at once as unavailable (queue_full)', async () => {
+    const { store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 1, maxInFlight: 1, maxQueued: 2 })
+    const running = b.submit(1)
+    await tick()
+    const waiting = [b.submit(2), b.submit(3)]
+    await assert.rejects(
+      b.submit(4),
+      (err: unknown) => err instanceof DatabaseUnavailable && err.reason === 'queue_full',
+    )
+    releaseAll()
+    await running
+    for (let i = 0; i < 4; i++) {
+      await tick()
+      releaseAll()
+    }
+    assert.deepEqual(await Promise.all(waiting), [20, 30])
+  })
+
+  test('an item still waiting at its deadline, or whose statement has not answered by then, is rejected as unavailable (deadline)', async () => {
+    const { store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 1, maxInFlight: 1, maxQueued: 10 })
+    const soon = performance.now() + 50
+    const inFlight = b.submit(1, soon)
+    await tick()
+    const queued = b.submit(2, soon)
+    const settled = await Promise.allSettled([inFlight, queued])
+    for (const r of settled) {
+      assert.equal(r.status, 'rejected')
+      const err = (r as PromiseRejectedResult).reason
+      assert.ok(err instanceof DatabaseUnavailable && err.reason === 'deadline', String(err))
+    }
+    releaseAll()
+  })
+})
