@@ -1,6 +1,5 @@
 import cluster, { type Worker } from 'node:cluster'
 import type { Sql } from 'postgres'
-import { AggregatorRegistry } from 'prom-client'
 import { ensureDevToken } from './auth/dev-token.ts'
 import { watchTokenLifetimes } from './auth/token-warnings.ts'
 import type { Config } from './config.ts'
@@ -9,7 +8,7 @@ import { defaultDataDir, prepareDatabase } from './db/open.ts'
 import { createSql } from './db/sql.ts'
 import { limits } from './limits.ts'
 import { describeError, type Log } from './log.ts'
-import { metricsRequest, shared } from './metrics/metrics.ts'
+import { answerMetricsRequests } from './metrics/cluster.ts'
 
 // WORKERS=N: a primary process that owns the database set-up (the embedded PostgreSQL,
 // migrations, the dev token) and N worker processes that share the port (node:cluster). Each
@@ -111,22 +110,6 @@ async function prepareOnce(
     await db?.stop()
     return undefined
   }
-}
-
-/**
- * Answers each worker's request for the metrics of all workers, added up: one aggregation at a
- * time, shared by the requests that come while it runs.
- */
-function answerMetricsRequests(): void {
-  const aggregator = new AggregatorRegistry()
-  const aggregate = shared(() => aggregator.clusterMetrics())
-  cluster.on('message', (worker, message: { type?: unknown; id?: unknown }) => {
-    if (message?.type !== metricsRequest) return
-    aggregate().then(
-      (text) => worker.send({ type: metricsRequest, id: message.id, text }),
-      (err: unknown) => worker.send({ type: metricsRequest, id: message.id, error: String(err) }),
-    )
-  })
 }
 
 /** Forks every worker; resolves with the URL once all listen, or undefined at the first exit. */

@@ -10,6 +10,7 @@ import {
 import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
 import type { UnavailableReason } from '../outcome.ts'
+import { metricsOfAllWorkers, shared } from './cluster.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
 
 /** How a create ended, as the client saw it. */
@@ -246,55 +247,5 @@ export function createMetrics({ clusterWorker = false } = {}): Metrics {
       body: Buffer.from(clusterWorker ? await metricsOfAllWorkers() : await registry.metrics()),
       cacheControl: 'no-store',
     })),
-  })
-}
-
-/**
- * One collection at a time: callers that come while one runs share its result. A flood of
- * scrapes costs one collection, not one each.
- */
-export function shared<T>(collect: () => Promise<T>): () => Promise<T> {
-  let running: Promise<T> | undefined
-  return () => {
-    running ??= collect().finally(() => {
-      running = undefined
-    })
-    return running
-  }
-}
-
-/** The message a worker sends for the metrics of all workers, and the primary's answer. */
-export const metricsRequest = 'plant-store:metrics'
-
-let nextMetricsRequest = 0
-
-/**
- * In a worker: the metrics of every worker, added up by the primary (prom-client's
- * AggregatorRegistry: counters and histograms summed, gauges as each one declares).
- */
-function metricsOfAllWorkers(): Promise<string> {
-  const id = nextMetricsRequest++
-  return new Promise((resolve, reject) => {
-    const onMessage = (message: {
-      type?: unknown
-      id?: unknown
-      text?: string
-      error?: string
-    }) => {
-      if (message?.type !== metricsRequest || message.id !== id) return
-      done()
-      if (message.text === undefined) reject(new Error(message.error ?? 'no metrics'))
-      else resolve(message.text)
-    }
-    const timer = setTimeout(() => {
-      done()
-      reject(new Error('the primary did not send the metrics within 5 s'))
-    }, 5_000)
-    const done = () => {
-      clearTimeout(timer)
-      process.off('message', onMessage)
-    }
-    process.on('message', onMessage)
-    process.send?.({ type: metricsRequest, id })
   })
 }
