@@ -8,7 +8,7 @@ import { type Handler, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
 import { DatabaseUnavailable, isFailure } from '../outcome.ts'
 import { parseJsonBody } from './parse-json.ts'
-import type { PlantStore } from './repository.ts'
+import type { CreateOutcome, PlantStore } from './repository.ts'
 import { type NewPlant, validateNewPlant } from './schema.ts'
 
 /** Dependencies of `POST /plants`. */
@@ -92,22 +92,34 @@ export function createPlantHandler({
       }
     }
 
-    const plant = await readNewPlant(req, ctx.sendContinue)
-    if (isFailure(plant)) {
-      createAnswered('invalid')
-      return plant
-    }
-    const outcome = await store
-      .create(plant, tokenName, performance.now() + databaseDeadlineMs)
-      .catch((err: unknown) => {
-        if (err instanceof DatabaseUnavailable) createAnswered('unavailable')
-        throw err
-      })
-    if (isFailure(outcome)) {
-      createAnswered('conflict')
-      return outcome
-    }
-    createAnswered(outcome.kind)
-    return reply(outcome.plant)
+    const ended = await readAndStore(req, ctx.sendContinue, store, tokenName, databaseDeadlineMs)
+    createAnswered(outcomeLabel(ended))
+    if (ended instanceof DatabaseUnavailable) throw ended
+    return isFailure(ended) ? ended : reply(ended.plant)
   }
+}
+
+/**
+ * The body read and checked, then stored: how the create ended, a 503 for the database
+ * included (any other throw is a fault, and propagates).
+ */
+async function readAndStore(
+  req: IncomingMessage,
+  sendContinue: RequestContext['sendContinue'],
+  store: PlantStore,
+  tokenName: string,
+  deadlineMs: number,
+): Promise<CreateOutcome | Failure | DatabaseUnavailable> {
+  const plant = await readNewPlant(req, sendContinue)
+  if (isFailure(plant)) return plant
+  return store
+    .create(plant, tokenName, performance.now() + deadlineMs)
+    .catch((err: unknown) => (err instanceof DatabaseUnavailable ? err : Promise.reject(err)))
+}
+
+/** What a create that got past authentication came to, for the metrics. */
+function outcomeLabel(ended: CreateOutcome | Failure | DatabaseUnavailable): CreateOutcomeLabel {
+  if (ended instanceof DatabaseUnavailable) return 'unavailable'
+  if (isFailure(ended)) return ended.code === 40009 ? 'conflict' : 'invalid'
+  return ended.kind
 }
