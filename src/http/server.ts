@@ -12,11 +12,12 @@ import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
-import { errorTable, type Failure, failure, failureHeaders } from './errors.ts'
+import { contentAnswer, jsonAnswer } from './answer.ts'
+import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
 import type { Routed } from './router.ts'
 import { traceOf } from './trace-context.ts'
-import type { Content, Outcome, Reply, RequestContext } from './types.ts'
+import type { Outcome, RequestContext } from './types.ts'
 
 const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
 
@@ -73,6 +74,7 @@ export function createHttpServer({
   maxConnections,
   trustedProxies = new Set(),
 }: HttpOptions): Server {
+  const requests: RequestHandling = { route, log, metrics, traceContext, trustedProxies }
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
     // The next request of the connection runs once this answer is handed to the system (or
@@ -85,14 +87,12 @@ export function createHttpServer({
     })
     // handle() answers every outcome itself; this only keeps a fault in writing the answer
     // from becoming an unhandled rejection, which would end the process.
-    handle(req, res, conn, route, log, metrics, traceContext, trustedProxies).catch(
-      (err: unknown) => {
-        log.error('failed to answer a request', {
-          error: describeError(err),
-        })
-        res.destroy()
-      },
-    )
+    handle(req, res, conn, requests).catch((err: unknown) => {
+      log.error('failed to answer a request', {
+        error: describeError(err),
+      })
+      res.destroy()
+    })
   }
   const accept = (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket as typeof req.socket & Tracked
@@ -179,15 +179,20 @@ export function createHttpServer({
   return server
 }
 
+/** What handling a request needs from the server's options, its defaults applied. */
+type RequestHandling = Required<
+  Pick<HttpOptions, 'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies'>
+>
+
+/**
+ * One request, start to end: the Host check, the request id, the route, the outcome (a throw
+ * made 503 or 500), the answer, the metrics and the log line.
+ */
 async function handle(
   req: IncomingMessage,
   res: ServerResponse,
   conn: Connection,
-  route: HttpOptions['route'],
-  log: Log,
-  metrics: NonNullable<HttpOptions['metrics']>,
-  traceContext: boolean,
-  trustedProxies: ReadonlySet<string>,
+  { route, log, metrics, traceContext, trustedProxies }: RequestHandling,
 ): Promise<void> {
   const started = performance.now()
   // HTTP/1.1 requires Host (RFC 9112 §3.2); Node's own check is off (see createHttpServer).
@@ -287,60 +292,4 @@ function refuseOn(socket: Duplex, status: number): string {
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\nX-Content-Type-Options: nosniff\r\nX-Request-Id: ${requestId}\r\n\r\n`,
   )
   return requestId
-}
-
-type Answer = {
-  readonly status: number
-  readonly headers: Record<string, string | number>
-  readonly body: string | Buffer
-}
-
-function jsonAnswer(outcome: Reply | Failure): Answer {
-  const status = outcome.kind === 'reply' ? outcome.status : errorTable[outcome.code].status
-  const body = JSON.stringify(
-    outcome.kind === 'reply' ? outcome.body : { error: outcome.code, message: outcome.message },
-  )
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-    'cache-control': 'no-store',
-    'x-content-type-options': 'nosniff',
-    ...(outcome.kind === 'failure' ? failureHeaders(outcome) : {}),
-  }
-  return { status, headers, body }
-}
-
-// The opaque part of an entity tag: `W/"x"` and `"x"` compare equal under the weak comparison.
-const opaqueTag = (tag: string) => (tag.startsWith('W/') ? tag.slice(2) : tag)
-
-/**
- * Whether an If-None-Match field names `etag`, by the weak comparison that RFC 9110 13.1.2
- * prescribes for it: a proxy may hand on a weak `W/"…"` form of the tag it was sent.
- */
-export function matchesIfNoneMatch(field: string | undefined, etag: string): boolean {
-  if (field === undefined) return false
-  const wanted = opaqueTag(etag)
-  return field.split(',').some((tag) => {
-    const t = tag.trim()
-    return t === '*' || opaqueTag(t) === wanted
-  })
-}
-
-// A request whose If-None-Match names the content's ETag gets 304 and no body (RFC 9110 13.1.2).
-function contentAnswer(req: IncomingMessage, content: Content): Answer {
-  const { etag } = content
-  const fresh = etag !== undefined && matchesIfNoneMatch(req.headers['if-none-match'], etag)
-  const headers: Record<string, string | number> = {
-    'content-type': content.type,
-    'cache-control': content.cacheControl,
-    'x-content-type-options': 'nosniff',
-    ...(etag === undefined ? {} : { etag }),
-    ...content.headers,
-  }
-  if (fresh) return { status: 304, headers, body: '' }
-  return {
-    status: 200,
-    headers: { ...headers, 'content-length': content.body.length },
-    body: content.body,
-  }
 }
