@@ -16,6 +16,8 @@ export const limits = {
     stalled: 10_000,
     /** Requests of one connection waiting behind the one that runs; one more closes it. */
     pipelined: 16,
+    /** The longest X-Request-Id kept (of `[A-Za-z0-9._-]`); any other is replaced. */
+    requestIdLength: 128,
   },
   /** Database time limits, in milliseconds. */
   database: {
@@ -33,6 +35,8 @@ export const limits = {
     connect: 3_000,
     /** `GET /readyz` gives the database this long to answer. */
     readiness: 2_000,
+    /** A pool connection idle this long is closed. */
+    idle: 60_000,
   },
   /** How creates are grouped into statements. */
   batch: {
@@ -59,6 +63,8 @@ export const limits = {
     warnBefore: 14 * 86_400_000,
     /** When a token was last used is written at most this often per token, across instances. */
     lastUseEvery: 10 * 60_000,
+    /** Each instance reloads its tokens this often, in case a notification was lost. */
+    reloadEvery: 30_000,
   },
   /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
   retryAfterSeconds: 1,

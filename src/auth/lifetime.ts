@@ -3,6 +3,9 @@ import { type Refusal, refusal } from '../outcome.ts'
 
 const units = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
 
+/** Whole days in `ms`. */
+const days = (ms: number) => ms / units.d
+
 /** A duration written `<n>s`, `<n>m`, `<n>h` or `<n>d` (`90d`, `12h`, `30s`), in ms. */
 export function parseDuration(text: string): number | Refusal {
   const m = /^(\d{1,9})([smhd])$/.exec(text)
@@ -25,7 +28,7 @@ export function expiryOf(text: string | undefined, now = Date.now()): Date | nul
   if (ms <= 0) return refusal(`--expires-in ${text}: a token must live more than no time`)
   if (ms > limits.tokens.maxLifetime)
     return refusal(
-      `--expires-in ${text} is more than 365 days; the longest lifetime is 365d (or never, which is warned about)`,
+      `--expires-in ${text} is more than ${days(limits.tokens.maxLifetime)} days; the longest lifetime is ${days(limits.tokens.maxLifetime)}d (or never, which is warned about)`,
     )
   return new Date(now + ms)
 }

@@ -50,7 +50,7 @@ export type TokenCache = {
 export function createTokenCache(
   sql: Sql,
   log: Log,
-  reloadEveryMs = 30_000,
+  reloadEveryMs: number = limits.tokens.reloadEvery,
   listenSql: Sql = sql,
 ): TokenCache {
   let byDigest = new Map<string, TokenEntry>()

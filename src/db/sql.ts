@@ -71,7 +71,7 @@ export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql 
     max: options.max ?? 10,
     ...onePerConnection,
     connect_timeout: limits.database.connect / 1000,
-    idle_timeout: 60,
+    idle_timeout: limits.database.idle / 1000,
     // The driver's default waits up to 20 s between reconnects (3^n / 100 s); requests queue
     // behind that wait. Capped at 0.5 s, an outage is answered at once and left within a second.
     backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 0.5),

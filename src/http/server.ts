@@ -19,7 +19,7 @@ import type { Routed } from './router.ts'
 import { traceOf } from './trace-context.ts'
 import type { Outcome, RequestContext } from './types.ts'
 
-const requestIdPattern = /^[A-Za-z0-9._-]{1,128}$/
+const requestIdPattern = new RegExp(`^[A-Za-z0-9._-]{1,${limits.http.requestIdLength}}$`)
 
 /** Options of the HTTP adapter. */
 export type HttpOptions = {

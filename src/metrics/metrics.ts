@@ -155,7 +155,7 @@ function storeMetrics(
   for (const reason of unavailableReasons) unavailable.inc({ reason }, 0)
   const closed = new Counter({
     name: 'plant_store_database_connections_closed_total',
-    help: 'Database connections of the pool closed: lost (then reopened when needed), or idle for 60 s; a rise under load means reconnects',
+    help: `Database connections of the pool closed: lost (then reopened when needed), or idle for ${limits.database.idle / 1000} s; a rise under load means reconnects`,
     registers,
   })
   const createSeries = new Map(createOutcomes.map((outcome) => [outcome, creates.labels(outcome)]))
@@ -212,7 +212,7 @@ function stateGauges(registers: Registry[], sources: () => MetricSources | undef
   })
   new Gauge({
     name: 'plant_store_token_cache_age_seconds',
-    help: 'Seconds since the token cache last reloaded successfully (reloads on every change, and every 30 s)',
+    help: `Seconds since the token cache last reloaded successfully (reloads on every change, and every ${limits.tokens.reloadEvery / 1000} s)`,
     registers,
     // With WORKERS, the stalest worker's.
     aggregator: 'max',

@@ -189,7 +189,7 @@ function info() {
     description: [
       'Clients create plant records with `POST /plants`; the records live in PostgreSQL.',
       '',
-      "Every response carries `X-Request-Id`: the client's own value when it is 1 to 128 characters of `[A-Za-z0-9._-]`, otherwise a generated one. The same id is in the log line of the request.",
+      `Every response carries \`X-Request-Id\`: the client's own value when it is 1 to ${limits.http.requestIdLength} characters of \`[A-Za-z0-9._-]\`, otherwise a generated one. The same id is in the log line of the request.`,
       '',
       'Every path answers `404` / 40401 for an unknown path (`/plants/` is another path than `/plants`) and `405` / 40501, with an `Allow` header, for a method the path does not have. A query string is ignored.',
       '',
@@ -340,13 +340,13 @@ function components() {
         in: 'header',
         required: false,
         description: 'Your id for this request, echoed back and logged; otherwise one is generated',
-        schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+        schema: { type: 'string', pattern: `^[A-Za-z0-9._-]{1,${limits.http.requestIdLength}}$` },
       },
     },
     headers: {
       'X-Request-Id': {
         description: 'The id of this request, as in its log line',
-        schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,128}$' },
+        schema: { type: 'string', pattern: `^[A-Za-z0-9._-]{1,${limits.http.requestIdLength}}$` },
       },
       'Token-Expires': {
         description: `On every answer to a token that expires within ${limits.tokens.warnBefore / 86_400_000} days (and only then): when it expires, as an HTTP date (RFC 9110 IMF-fixdate, like \`Expires\`). From then on the token is refused with 401 / 40103.`,
