@@ -32,6 +32,8 @@ export type AppDeps = {
   readonly settings: AppSettings
   /** Serve `GET /metrics` here; false when it has a port of its own (METRICS_PORT). */
   readonly metricsRoute: boolean
+  /** The database is a Citus worker: its migrations table is the coordinator's. */
+  readonly citusWorker?: boolean
 }
 
 /** `GET /metrics`, when metrics are on. */
@@ -63,6 +65,7 @@ export function createApp({
   metrics,
   settings,
   metricsRoute,
+  citusWorker = false,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({ queue: store.load, tokens: tokens.state })
@@ -88,7 +91,7 @@ export function createApp({
     {
       method: 'GET',
       path: '/readyz',
-      handler: createReadyz(store, log, limits.database.readiness),
+      handler: createReadyz(store, log, limits.database.readiness, !citusWorker),
     },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
     ...createDocsRoutes(),

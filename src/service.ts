@@ -3,7 +3,7 @@ import { startTokens } from './auth/start-tokens.ts'
 import type { TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
 import { followWritePath } from './db/citus.ts'
-import { defaultDataDir, openDatabase, prepareDatabase } from './db/open.ts'
+import { defaultDataDir, openDatabase, prepareDatabase, sessionsOf } from './db/open.ts'
 import { warnAboutDatabase } from './db/server-settings.ts'
 import { openServicePools } from './db/sql.ts'
 import { limits } from './limits.ts'
@@ -81,11 +81,18 @@ export async function startService(
     const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
     const url = connectTo ? connectTo(db.url) : db.url
 
-    // 2. The pools for tokens and start-up, and the session that LISTENs.
-    const pools = openServicePools(url, config.databaseDirectUrl ?? db.url, log, {
-      transactionPooler,
-      connectionClosed: metrics.connectionClosed,
-    })
+    // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
+    // the coordinator's, where api_tokens lives and its trigger notifies.
+    const session = await sessionsOf(config, db, log)
+    const pools = session.citusWorker
+      ? openServicePools(session.url, session.url, log, {
+          transactionPooler: false,
+          connectionClosed: metrics.connectionClosed,
+        })
+      : openServicePools(url, session.url, log, {
+          transactionPooler,
+          connectionClosed: metrics.connectionClosed,
+        })
     held.add(pools.end)
 
     // 3. What the database's settings call for, and how plants are written (Citus).
@@ -116,7 +123,14 @@ export async function startService(
 
     // 6. The HTTP ports.
     const http = await serveHttp(
-      { store: plants.store, tokens: tokens.cache, tokenUsed: tokens.used, log, metrics },
+      {
+        store: plants.store,
+        tokens: tokens.cache,
+        tokenUsed: tokens.used,
+        log,
+        metrics,
+        citusWorker: session.citusWorker,
+      },
       config,
       role,
     )

@@ -120,6 +120,73 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.deepEqual(await shards(), [2, 2])
   })
 
+  test('npm start with DATABASE_URL naming a worker: it says so, migrates and reads tokens through the coordinator, makes no table on the worker, and holds the contract beside an instance on the coordinator', async () => {
+    const worker = cluster.workers[0]
+    assert.ok(worker)
+    const onWorker = await startServiceProcess('node', { DATABASE_URL: worker.url }, { after })
+    const roleLine = onWorker.lines.find((l) => l.citus === 'worker')
+    assert.match(
+      String(roleLine?.message),
+      new RegExp(
+        `^this server is a Citus worker: creates go through it; migrations, tokens and their notifications go to the coordinator at 127\\.0\\.0\\.1:${cluster.coordinator.port}$`,
+      ),
+    )
+    const onCoordinator = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    assert.ok(onCoordinator.lines.some((l) => l.citus === 'coordinator'))
+    // A token made through the worker's URL is made on the coordinator, and reaches both.
+    const made = await runNpm('token', ['create', 'through-worker'], { DATABASE_URL: worker.url })
+    assert.equal(made.code, 0, made.stderr)
+    const token = made.stdout.trim()
+    for (const base of [onWorker.base, onCoordinator.base])
+      await within(
+        1000,
+        async () => (await post(base, token, { id: 1, name: 'probe' })).status !== 401,
+      )
+    assert.equal(
+      ((await (await fetch(`${onWorker.base}/readyz`)).json()) as { status: string }).status,
+      'ready',
+    )
+    // The contract through the worker: create, retry, 40009, ids at ±2^63.
+    const id = 7_100_000_001
+    assert.equal((await post(onWorker.base, token, { id, name: 'fern' })).status, 200)
+    assert.equal((await post(onCoordinator.base, token, { id, name: 'fern' })).status, 200)
+    const conflict = await post(onWorker.base, token, { id, name: 'moss' })
+    assert.equal(((await conflict.json()) as { error: number }).error, 40009)
+    for (const edge of ['9223372036854775807', '-9223372036854775808'])
+      assert.equal((await post(onWorker.base, token, `{"id":${edge},"name":"edge"}`)).status, 200)
+    // One winner of a race split across the two instances.
+    const raced = 7_100_000_002
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        post(i % 2 ? onWorker.base : onCoordinator.base, token, { id: raced, name: `racer ${i}` }),
+      ),
+    )
+    assert.equal(answers.filter((r) => r.status === 200).length, 1)
+    // The worker holds shards and metadata only: no table of the service's own.
+    const w = postgres(worker.url, { max: 1, onnotice: () => {} })
+    after(() => w.end())
+    const [local] = await w<{ migrations: string | null; tokens: string | null }[]>`
+      select to_regclass('pgmigrations')::text as migrations, to_regclass('api_tokens')::text as tokens`
+    assert.deepEqual(local, { migrations: null, tokens: null })
+    // A revocation made on the coordinator reaches the worker's instance within 1 s.
+    assert.equal(
+      (
+        await runNpm('token', ['revoke', 'through-worker'], {
+          DATABASE_URL: cluster.coordinator.url,
+        })
+      ).code,
+      0,
+    )
+    await within(
+      1000,
+      async () => (await post(onWorker.base, token, { id: 3, name: 'x' })).status === 401,
+    )
+  })
+
   test('the service logs the VALUES path and holds the contract: create, retry, 40009, ids at ±2^63, one winner of a 50-way race, rows on both workers', async () => {
     const s = await startServiceProcess(
       'node',

@@ -2,14 +2,14 @@ import type { Sql } from 'postgres'
 import type { Config } from '../config.ts'
 import { describeDatabase } from '../db/database-url.ts'
 import { migrate } from '../db/migrate.ts'
-import { openDatabase, writableSessionUrl } from '../db/open.ts'
+import { openDatabase, sessionsOf } from '../db/open.ts'
 import { createSql } from '../db/sql.ts'
 import { describeError, type Log } from '../log.ts'
 
 /**
  * Runs a command on the writable server: the embedded database (started for the command, or
- * shared with a running service) or the session URL (`DATABASE_DIRECT_URL`, else
- * `DATABASE_URL`) narrowed to its one writable host. With none writable it throws, and the
+ * shared with a running service) or the session URL (`DATABASE_DIRECT_URL`, else the
+ * coordinator of a Citus worker, else `DATABASE_URL`) narrowed to its one writable host. With none writable it throws, and the
  * command stops with one line that says so.
  */
 export async function onWritableDatabase<T>(
@@ -19,7 +19,7 @@ export async function onWritableDatabase<T>(
 ): Promise<T> {
   const db = await openDatabase(config, log, { shareRunning: true })
   try {
-    return await command(await writableSessionUrl(config, db))
+    return await command((await sessionsOf(config, db, log)).writableUrl)
   } catch (err) {
     const message = describeError(err)
     throw new Error(

@@ -1,5 +1,8 @@
 import type { Sql } from 'postgres'
+import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
+import { hostUrls } from './database-url.ts'
+import { createSql } from './sql.ts'
 import { withDeadline } from './unavailable.ts'
 
 /**
@@ -251,4 +254,61 @@ export function splitByPlacement<T>(
     else parts.push([...shards.values()].flat())
   }
   return parts
+}
+
+/** What a node of a Citus cluster is, as its own metadata says; `undefined`: no Citus here. */
+export type CitusNode =
+  | { readonly role: 'coordinator' }
+  | {
+      readonly role: 'worker'
+      /** The coordinator's URL: `url` with the host and port of pg_dist_node's group 0. */
+      readonly coordinatorUrl: string
+      readonly coordinator: string
+    }
+
+/**
+ * Asks the server at `url` whether it is a Citus node, and which. A worker with synced metadata
+ * (Citus 11+) runs distributed INSERT and SELECT itself, but DDL, `api_tokens` and the
+ * migrations table live on the coordinator, which its metadata names. A worker whose metadata
+ * names no coordinator is refused with what to do.
+ */
+export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | undefined> {
+  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store probe' })
+  try {
+    const [ext] = await sql<{ citus: boolean }[]>`
+      select exists (select from pg_extension where extname = 'citus') as citus`.catch(
+      (err: unknown) => {
+        // Said as the migrations say it: the first connection of a start is this one.
+        const message = describeError(err)
+        throw new Error(
+          /timeout/i.test(message)
+            ? `no answer within ${limits.database.connect / 1000} s (${message})`
+            : message,
+          { cause: err },
+        )
+      },
+    )
+    if (!ext?.citus) return undefined
+    const [row] = await sql<{ group: number; host: string | null; port: number | null }[]>`
+      select g.groupid as group, n.nodename as host, n.nodeport as port
+      from pg_dist_local_group g
+        left join pg_dist_node n on n.groupid = 0 and n.noderole = 'primary'`
+    if (row === undefined || row.group === 0) return { role: 'coordinator' }
+    if (row.host === null || row.port === null)
+      throw new Error(
+        `this server is a Citus worker whose metadata names no coordinator: on the coordinator, run select citus_set_coordinator_host('<its host>', <its port>), or set DATABASE_DIRECT_URL to it`,
+      )
+    const coordinatorUrl = hostUrls(url)?.[0]
+    if (coordinatorUrl === undefined) throw new Error('the database URL cannot be read')
+    coordinatorUrl.hostname = row.host
+    coordinatorUrl.port = String(row.port)
+    coordinatorUrl.searchParams.delete('target_session_attrs')
+    return {
+      role: 'worker',
+      coordinatorUrl: coordinatorUrl.toString(),
+      coordinator: `${row.host}:${row.port}`,
+    }
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
 }

@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
+import { citusNodeOf } from './citus.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { isWritableHost } from './hosts.ts'
@@ -22,13 +23,46 @@ export async function openDatabase(
   return startEmbedded({ dir: dataDir, log, shareRunning })
 }
 
+/** Where sessions go, and the one writable server of that URL. */
+export type Sessions = {
+  /** The session URL as given (several hosts stay several: the pools fail over). */
+  readonly url: string
+  /** Its one writable host, for tools that take one (node-pg-migrate's `pg`). */
+  readonly writableUrl: string
+  /** `DATABASE_URL` names a Citus worker, and `url` is its coordinator. */
+  readonly citusWorker: boolean
+}
+
 /**
- * The session URL (`DATABASE_DIRECT_URL`, else the database's own) narrowed to its one writable
- * host: migrations and the commands write there, through node-pg-migrate's `pg`, which takes one
- * host. Throws, naming each host and why, when none is writable.
+ * Where sessions go (migrations, the commands, and the service's tokens and LISTEN):
+ * `DATABASE_DIRECT_URL`; else, when `DATABASE_URL` names a Citus worker, its coordinator, where
+ * the tables are made and `api_tokens` lives; else the database's own URL. Throws, naming each
+ * host and why, when none is writable. `say`: log, once, what kind of Citus node it is.
  */
-export function writableSessionUrl(config: Config, db: EmbeddedDatabase): Promise<string> {
-  return primaryUrl(config.databaseDirectUrl ?? db.url)
+export async function sessionsOf(
+  config: Config,
+  db: EmbeddedDatabase,
+  log: Log,
+  say = false,
+): Promise<Sessions> {
+  if (config.databaseDirectUrl !== undefined) {
+    const url = config.databaseDirectUrl
+    return { url, writableUrl: await primaryUrl(url), citusWorker: false }
+  }
+  if (db.owned) return { url: db.url, writableUrl: db.url, citusWorker: false }
+  const writableUrl = await primaryUrl(db.url)
+  const node = await citusNodeOf(writableUrl, log)
+  if (node?.role === 'worker') {
+    if (say)
+      log.info(
+        `this server is a Citus worker: creates go through it; migrations, tokens and their notifications go to the coordinator at ${node.coordinator}`,
+        { citus: 'worker', coordinator: node.coordinator },
+      )
+    return { url: node.coordinatorUrl, writableUrl: node.coordinatorUrl, citusWorker: true }
+  }
+  if (node?.role === 'coordinator' && say)
+    log.info('this server is the Citus coordinator', { citus: 'coordinator' })
+  return { url: db.url, writableUrl, citusWorker: false }
 }
 
 /**
@@ -43,7 +77,7 @@ export async function prepareDatabase(
   const db = await openDatabase(config, log, { dataDir })
   // Migrations take a session-level advisory lock: never through a transaction pooler.
   try {
-    const url = await writableSessionUrl(config, db)
+    const url = (await sessionsOf(config, db, log, true)).writableUrl
     if (config.migrate) await migrate(url, log)
     else {
       // MIGRATE=off: a role that may not create tables; the owner migrates beforehand.

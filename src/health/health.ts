@@ -35,7 +35,14 @@ function unreadyReason(err: unknown, deadlineMs: number, inFlight: number, oldes
  * answer from a writable server whose schema is current; otherwise 503 (50301) with the reason.
  * Each change between ready and not ready is logged once, with the reason.
  */
-export function createReadyz(store: PlantStore, log: Log, deadlineMs: number): Handler {
+export function createReadyz(
+  store: PlantStore,
+  log: Log,
+  deadlineMs: number,
+  // On a Citus worker the migrations table is the coordinator's: the probe asks only that
+  // plants is there, so that a stopped coordinator leaves the worker's instances ready.
+  migrationsHere = true,
+): Handler {
   const expected = migrationNames()
   let ready: boolean | undefined
 
@@ -44,14 +51,18 @@ export function createReadyz(store: PlantStore, log: Log, deadlineMs: number): H
       // txid_current() gives the probe a transaction id, so its commit is a real one: it fails
       // on a read-only server (25006) and waits for a synchronous standby, as a create does.
       const [row] = await store.probe(
-        (sql) => sql<{ applied: number }[]>`
-          select
-            (select count(*)::int from ${sql(migrationsTable)} where name = any(${expected}))
-              as applied,
-            txid_current() as xid`,
+        (sql) =>
+          migrationsHere
+            ? sql<{ current: boolean }[]>`
+                select
+                  (select count(*)::int from ${sql(migrationsTable)} where name = any(${expected}))
+                    = ${expected.length} as current,
+                  txid_current() as xid`
+            : sql<{ current: boolean }[]>`
+                select to_regclass('plants') is not null as current, txid_current() as xid`,
         performance.now() + deadlineMs,
       )
-      if (row?.applied !== expected.length)
+      if (row?.current !== true)
         return {
           ready: false,
           reason: 'the database schema is not current; migrations are pending',
