@@ -389,6 +389,51 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     )
   })
 
+  test('the coordinator stopped for 10 s: instances on both workers go on creating and stay ready, and a token made after its return works on both within 5 s', async (t) => {
+    const instances = await Promise.all(
+      cluster.workers.map((w) => startServiceProcess('node', { DATABASE_URL: w.url }, { after })),
+    )
+    const token = await tokenFor(cluster.sql, instances[0]?.base ?? '', 'coordinator-away')
+    for (const s of instances)
+      await within(
+        1000,
+        async () => (await post(s.base, token, { id: 2, name: 'probe' })).status === 200,
+      )
+    const drives = instances.map((s) => driveCreates(s.base, token, { concurrency: 4, pauseMs: 5 }))
+    await new Promise((r) => setTimeout(r, 1000))
+    await cluster.coordinator.stop()
+    const stoppedAt = performance.now()
+    const readiness: number[] = []
+    while (performance.now() - stoppedAt < 10_000) {
+      for (const s of instances)
+        readiness.push((await fetch(`${s.base}/readyz`).catch(() => undefined))?.status ?? 0)
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    await cluster.coordinator.start()
+    const returnedAt = performance.now()
+    const during = drives.flatMap((d) =>
+      d.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < returnedAt),
+    )
+    const ok = during.filter((a) => a.status === 200).length
+    // A token made once the coordinator is back reaches the instances on both workers.
+    const later = await tokenFor(cluster.sql, instances[0]?.base ?? '', 'after-return')
+    await within(5000, async () => {
+      const answers = await Promise.all(
+        instances.map((s) => post(s.base, later, { id: 4, name: 'back' })),
+      )
+      return answers.every((r) => r.status === 200)
+    })
+    const tokenMs = performance.now() - returnedAt
+    for (const d of drives) await d.stop()
+    t.diagnostic(
+      `while the coordinator was down: ${ok} of ${during.length} creates 200; /readyz ${JSON.stringify(Object.fromEntries(readiness.reduce((m, x) => m.set(x, (m.get(x) ?? 0) + 1), new Map<number, number>())))}; a new token worked on both ${Math.round(tokenMs)} ms after its return`,
+    )
+    assert.ok(during.length > 100, `only ${during.length} creates while it was down`)
+    assert.ok(ok / during.length >= 0.95, `${ok} of ${during.length} creates 200`)
+    assert.deepEqual(new Set(readiness), new Set([200]))
+    assert.ok(tokenMs < 5000)
+  })
+
   test("one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
     const s = await startServiceProcess(
       'node',
