@@ -120,7 +120,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.deepEqual(await shards(), [2, 2])
   })
 
-  test('npm start with DATABASE_URL naming a worker: it says so, migrates and reads tokens through the coordinator, makes no table on the worker, and holds the contract beside an instance on the coordinator', async () => {
+  test('npm start with DATABASE_URL naming a worker: it says so, migrates and reads tokens through the coordinator, makes no table on the worker, and holds the contract beside instances on the other worker and on the coordinator', async () => {
     const worker = cluster.workers[0]
     assert.ok(worker)
     const onWorker = await startServiceProcess('node', { DATABASE_URL: worker.url }, { after })
@@ -158,14 +158,25 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.equal(((await conflict.json()) as { error: number }).error, 40009)
     for (const edge of ['9223372036854775807', '-9223372036854775808'])
       assert.equal((await post(onWorker.base, token, `{"id":${edge},"name":"edge"}`)).status, 200)
-    // One winner of a race split across the two instances.
-    const raced = 7_100_000_002
-    const answers = await Promise.all(
-      Array.from({ length: 20 }, (_, i) =>
-        post(i % 2 ? onWorker.base : onCoordinator.base, token, { id: raced, name: `racer ${i}` }),
-      ),
+    // One winner of a race split across instances on both workers and on the coordinator.
+    const second = cluster.workers[1]
+    assert.ok(second)
+    const onSecond = await startServiceProcess('node', { DATABASE_URL: second.url }, { after })
+    await within(
+      1000,
+      async () => (await post(onSecond.base, token, { id: 1, name: 'probe' })).status === 200,
     )
-    assert.equal(answers.filter((r) => r.status === 200).length, 1)
+    const bases = [onWorker.base, onSecond.base, onCoordinator.base]
+    for (const raced of [7_100_000_002, 7_100_000_003, -7_100_000_004]) {
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) =>
+          post(bases[i % 3] ?? '', token, { id: raced, name: `racer ${i}` }),
+        ),
+      )
+      const statuses = answers.map((r) => r.status)
+      assert.equal(statuses.filter((x) => x === 200).length, 1, JSON.stringify(statuses))
+      assert.equal(statuses.filter((x) => x === 400).length, 29, JSON.stringify(statuses))
+    }
     // The worker holds shards and metadata only: no table of the service's own.
     const w = postgres(worker.url, { max: 1, onnotice: () => {} })
     after(() => w.end())
