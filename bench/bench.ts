@@ -70,19 +70,24 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     target: { base: string },
     connections: number,
     seconds: number,
-    { randomIds = options.randomIds, token: as = token } = {},
+    {
+      randomIds = options.randomIds,
+      token: as = token,
+      // Runs at once (one per service instance) each take ids from a first id of their own.
+      firstId = nextId,
+    }: { randomIds?: boolean; token?: string; firstId?: bigint } = {},
   ) {
     const r = await runWrk({
       url: target.base,
       token: as,
       connections,
       seconds,
-      firstId: nextId,
+      firstId,
       randomIds,
     })
-    const first = nextId
-    nextId = idsAfter(nextId, r, connections)
-    return { ...r, first, next: nextId }
+    const after = idsAfter(firstId, r, connections)
+    if (after > nextId) nextId = after
+    return { ...r, first: firstId, next: nextId }
   }
 
   /** A warm-up, then a measured run with the CPU per request and a check that each 200 is a row. */
@@ -163,7 +168,19 @@ export function createBench(options: BenchOptions, url: string, sql: Sql, token:
     return m
   }
 
-  return { options, url, sql, token, load, measure, measurePgbench, compare, databaseCpuSeconds }
+  return {
+    options,
+    url,
+    sql,
+    token,
+    load,
+    /** The first id the next run takes. */
+    nextId: () => nextId,
+    measure,
+    measurePgbench,
+    compare,
+    databaseCpuSeconds,
+  }
 }
 
 /** The shared bench a phase runs in. */

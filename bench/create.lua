@@ -15,7 +15,8 @@ end
 
 function init(args)
   n = 0
-  math.randomseed(os.time() * 1000 + index * 7919)
+  -- Two runs at once (instances on two nodes) have different first ids, so different ids.
+  math.randomseed(os.time() * 1000 + index * 7919 + first % 1000003)
 end
 
 -- A sign and a number uniform in [0, 9 * 10^18): the first of 19 digits is 0 to 8, and leading

@@ -74,7 +74,12 @@ export async function citusPhase(bench: Bench, shards?: number) {
       from citus_shards where table_name = 'plants'::regclass`
     const plainSql = postgres(plain.url, { max: 1, onnotice: () => {} })
     cleanups.push(() => plainSql.end())
-    const kinds = ['service on Citus', 'pgbench on Citus', 'service on PostgreSQL 15'] as const
+    const kinds = [
+      'service on Citus',
+      'service through the workers',
+      'pgbench on Citus',
+      'service on PostgreSQL 15',
+    ] as const
     say('')
     say(
       `citus: a coordinator and two workers (PostgreSQL 15, Citus 13.2.2, fsync on; plants in ${layout?.shards} shards on ${layout?.workers} workers, ${shards === undefined ? 'as npm run migrate makes it' : 'by --citus-shards'}) and a plain PostgreSQL 15 on this machine; 64 connections, ids at random, ${options.warmup} s warm-up + ${options.seconds} s`,
@@ -87,7 +92,7 @@ export async function citusPhase(bench: Bench, shards?: number) {
       const got: Round = {}
       const order = kinds.map((_, i) => kinds[(i + round - 1) % kinds.length] as string)
       for (const kind of order) {
-        const onCitus = kind.endsWith('Citus')
+        const onCitus = kind.endsWith('Citus') || kind === 'service through the workers'
         const sql = onCitus ? cluster.sql : plainSql
         await sql`truncate plants`
         if (kind === 'pgbench on Citus') {
@@ -108,6 +113,49 @@ export async function citusPhase(bench: Bench, shards?: number) {
             p99: Number.NaN,
             workerConnections: (await workerConnections(cluster.sql)) - before,
             ...cpuPer(cpu, Number.NaN, p.tps * options.seconds),
+          }
+          continue
+        }
+        if (kind === 'service through the workers') {
+          // One instance on each worker's URL, the load split between them (32 connections
+          // each), each with ids of its own: the coordinator is off the create path.
+          const services = await Promise.all(
+            cluster.workers.map((w, i) => spawnService(`${kind} ${i + 1}`, w.url)),
+          )
+          try {
+            const token = tokens.citus ?? ''
+            const both = (seconds: number) => {
+              const first = bench.nextId()
+              return Promise.all(
+                services.map((service, i) =>
+                  bench.load(service, 32, seconds, {
+                    randomIds: true,
+                    token,
+                    firstId: first + BigInt(i) * 1_000_000_000_000n,
+                  }),
+                ),
+              )
+            }
+            await both(options.warmup)
+            const before = await workerConnections(cluster.sql)
+            const cpu = nodeCpu()
+            const own = services.reduce((sum, x) => sum + cpuSeconds(x.child.pid ?? 0), 0)
+            const runs = await both(options.seconds)
+            const rps = runs.reduce((sum, r) => sum + r.rps, 0)
+            got[kind] = {
+              rps,
+              p99: Math.max(...runs.map((r) => r.p99)),
+              workerConnections: (await workerConnections(cluster.sql)) - before,
+              ...cpuPer(
+                cpu,
+                services.reduce((sum, x) => sum + cpuSeconds(x.child.pid ?? 0), 0) - own,
+                rps * options.seconds,
+              ),
+            }
+            const errors = runs.reduce((sum, r) => sum + r.errors, 0)
+            if (errors > 0) say(`  ${kind}: ${errors} errors`)
+          } finally {
+            for (const service of services) await stop(service)
           }
           continue
         }
@@ -154,24 +202,31 @@ export async function citusPhase(bench: Bench, shards?: number) {
       ),
       citusServicePerPgbench: ratio('service on Citus', 'pgbench on Citus'),
       citusServicePerPlainService: ratio('service on Citus', 'service on PostgreSQL 15'),
+      throughWorkersPerCoordinator: ratio('service through the workers', 'service on Citus'),
       shards: layout?.shards,
       cpuUsPerCreate: Object.fromEntries(
-        (['service on Citus', 'pgbench on Citus'] as const).map((k) => [
-          k,
-          Object.fromEntries(
-            (['coordinatorUs', 'workersUs', 'clientUs'] as const).map((c) => [
-              c,
-              median(rounds.map((r) => r[k]?.[c] ?? Number.NaN)),
-            ]),
-          ),
-        ]),
+        (['service on Citus', 'service through the workers', 'pgbench on Citus'] as const).map(
+          (k) => [
+            k,
+            Object.fromEntries(
+              (['coordinatorUs', 'workersUs', 'clientUs'] as const).map((c) => [
+                c,
+                median(rounds.map((r) => r[k]?.[c] ?? Number.NaN)),
+              ]),
+            ),
+          ],
+        ),
       ),
     }
     say(
       `citus: the service on Citus ${summary.citusServicePerPgbench.toFixed(2)} × pgbench there (target 1.2), p99 ${summary.medians['service on Citus']?.p99.toFixed(1)} ms (target 50), ${summary.medians['service on Citus']?.workerConnections} new worker connections a run (target at most 20); ${summary.citusServicePerPlainService.toFixed(2)} × the service on plain PostgreSQL 15`,
     )
     const cpu = summary.cpuUsPerCreate['service on Citus'] as Cpu
+    const viaWorkers = summary.cpuUsPerCreate['service through the workers'] as Cpu
     const pgCpu = summary.cpuUsPerCreate['pgbench on Citus'] as Cpu
+    say(
+      `citus: through the workers ${summary.throughWorkersPerCoordinator.toFixed(2)} × the service through the coordinator (target 1.3); CPU µs per create through the workers: coordinator ${viaWorkers.coordinatorUs.toFixed(1)} (target at most 2), workers ${viaWorkers.workersUs.toFixed(0)}, the two instances ${viaWorkers.clientUs.toFixed(0)}; p99 ${summary.medians['service through the workers']?.p99.toFixed(1)} ms`,
+    )
     say(
       `citus: CPU µs per create (medians): service on Citus: coordinator ${cpu.coordinatorUs.toFixed(0)}, workers ${cpu.workersUs.toFixed(0)}, the service ${cpu.clientUs.toFixed(0)}; pgbench: coordinator ${pgCpu.coordinatorUs.toFixed(0)}, workers ${pgCpu.workersUs.toFixed(0)}`,
     )
