@@ -21,7 +21,8 @@
 //   checkpoint before each run, with WAL bytes per row; --embedded-settings default runs the
 //   embedded PostgreSQL with PostgreSQL's own settings instead of those for a growing table;
 // - citus (not in the default set; needs .ci/citus.sh): the service on a Citus coordinator with
-//   two workers, pgbench on the same coordinator, and the service on a plain PostgreSQL 15, with
+//   two workers, two instances through the workers (one on each worker's URL), pgbench on the
+//   same coordinator, and the service on a plain PostgreSQL 15, with
 //   the worker connections each run opened, the CPU per create of each node, and a projection
 //   to more workers; --citus-shards N redistributes plants into N shards first;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
