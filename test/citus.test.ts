@@ -503,4 +503,61 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     )
     assert.ok(firstOk < 5000, `first 200 ${firstOk} ms after the restart`)
   })
+
+  test("one worker stopped for 10 s, the instance on the other worker under load: every answer 200 or 503 with Retry-After, never 500; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
+    const live = cluster.workers[0]
+    assert.ok(live)
+    const s = await startServiceProcess('node', { DATABASE_URL: live.url }, { after })
+    const token = await tokenFor(cluster.sql, s.base, 'citus-worker-faults')
+    const drive = driveCreates(s.base, token, { concurrency: 8, pauseMs: 5 })
+    await new Promise((r) => setTimeout(r, 1500))
+    const worker = cluster.workers[1]
+    assert.ok(worker)
+    await worker.stop()
+    const stoppedAt = performance.now()
+    await new Promise((r) => setTimeout(r, 10_000))
+    await worker.start()
+    const restartedAt = performance.now()
+    let firstOk = Number.NaN
+    await within(5000, async () => {
+      const ok = drive.answers.find((a) => a.sentAt > restartedAt && a.status === 200)
+      if (ok) firstOk = ok.answeredAt - restartedAt
+      return ok !== undefined
+    })
+    await new Promise((r) => setTimeout(r, 1000))
+    await drive.stop()
+    const statuses = Object.fromEntries(drive.statuses)
+    const during = drive.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < restartedAt)
+    t.diagnostic(
+      `while the worker was down: ${during.filter((a) => a.status === 200).length} of ${during.length} creates 200; first 200 ${Math.round(firstOk)} ms after its restart; all: ${JSON.stringify(statuses)}`,
+    )
+    assert.deepEqual(
+      Object.keys(statuses).filter((x) => x !== '200' && x !== '503'),
+      [],
+      JSON.stringify(statuses),
+    )
+    assert.ok((drive.statuses.get(503) ?? 0) > 0, 'some creates were refused while it was down')
+    // Creates whose rows the live worker holds go on: from a second after the stop until the
+    // restart, every create refused was for the stopped worker's shards.
+    const placementOf = await shardPlacements(cluster.sql)
+    const [stopped] = await cluster.sql<{ group: number }[]>`
+      select groupid as group from pg_dist_node where nodeport = ${worker.port}`
+    const liveRefused = drive.unavailable.filter(
+      (p, i) =>
+        (drive.unavailableAt[i] ?? 0) > stoppedAt + 1000 &&
+        (drive.unavailableAt[i] ?? 0) < restartedAt &&
+        placementOf(BigInt(p.id)).group !== stopped?.group,
+    )
+    assert.deepEqual(
+      liveRefused.map((p) => p.id),
+      [],
+      "creates for the live worker's shards refused",
+    )
+    assert.ok(drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'))
+    assert.ok(
+      drive.slowestMs < limits.database.request + 1500,
+      `the slowest answer took ${drive.slowestMs} ms`,
+    )
+    assert.ok(firstOk < 5000, `first 200 ${firstOk} ms after the restart`)
+  })
 })
