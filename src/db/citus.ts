@@ -1,9 +1,8 @@
 import type { Sql } from 'postgres'
-import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { hostUrls } from './database-url.ts'
 import { createSql } from './sql.ts'
-import { withDeadline } from './unavailable.ts'
+import { connectFailure, withDeadline } from './unavailable.ts'
 
 /**
  * The statement a batch of creates is sent as. `unnest`: one `INSERT … SELECT FROM unnest(…)`,
@@ -277,15 +276,9 @@ export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | un
   try {
     const [ext] = await sql<{ citus: boolean }[]>`
       select exists (select from pg_extension where extname = 'citus') as citus`.catch(
+      // Said as the migrations say it: the first connection of a start is this one.
       (err: unknown) => {
-        // Said as the migrations say it: the first connection of a start is this one.
-        const message = describeError(err)
-        throw new Error(
-          /timeout/i.test(message)
-            ? `no answer within ${limits.database.connect / 1000} s (${message})`
-            : message,
-          { cause: err },
-        )
+        throw connectFailure(err)
       },
     )
     if (!ext?.citus) return undefined

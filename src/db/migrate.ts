@@ -3,8 +3,9 @@ import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
 import { limits } from '../limits.ts'
-import { createLog, describeError, type Log } from '../log.ts'
+import { createLog, type Log } from '../log.ts'
 import { createSql } from './sql.ts'
+import { connectFailure } from './unavailable.ts'
 
 /** The folder of the plain-SQL migrations. */
 export const migrationsDir = fileURLToPath(new URL('../../migrations/', import.meta.url))
@@ -79,13 +80,7 @@ export async function migrate(
   })
   client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
   await client.connect().catch((err: unknown) => {
-    const message = describeError(err)
-    throw new Error(
-      /timeout/i.test(message)
-        ? `no answer within ${limits.database.connect / 1000} s (${message})`
-        : message,
-      { cause: err },
-    )
+    throw connectFailure(err)
   })
   const ran = await runner({
     dbClient: client,

@@ -1,3 +1,5 @@
+import { limits } from '../limits.ts'
+import { describeError } from '../log.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 
 // Connection-level failures of the postgres driver and of Node's sockets.
@@ -93,5 +95,19 @@ export function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
   })
   return Promise.race([work.catch(translateUnavailable), deadline]).finally(() =>
     clearTimeout(timer),
+  )
+}
+
+/**
+ * A failure to open a start's first connection, as a person reads it: a time-out says the
+ * connect limit it ran into (a black-holed database); anything else keeps its own words.
+ */
+export function connectFailure(err: unknown): Error {
+  const message = describeError(err)
+  return new Error(
+    /timeout/i.test(message)
+      ? `no answer within ${limits.database.connect / 1000} s (${message})`
+      : message,
+    { cause: err },
   )
 }
