@@ -73,26 +73,21 @@ export async function startService(
   const transactionPooler = config.poolMode === 'transaction'
   try {
     // 1. The database: prepared here (embedded start, migrations), or by a worker's primary.
-    const db = single
-      ? await prepareDatabase(config, log, dataDir)
-      : await openDatabase(config, log, { dataDir })
+    const prepared = single ? await prepareDatabase(config, log, dataDir) : undefined
+    const db = prepared ?? (await openDatabase(config, log, { dataDir }))
     held.add(db.stop)
     goOn()
     const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
     const url = connectTo ? connectTo(db.url) : db.url
 
     // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
-    // the coordinator's, where api_tokens lives and its trigger notifies.
-    const session = await sessionsOf(config, db, log)
-    const pools = session.citusWorker
-      ? openServicePools(session.url, session.url, log, {
-          transactionPooler: false,
-          connectionClosed: metrics.connectionClosed,
-        })
-      : openServicePools(url, session.url, log, {
-          transactionPooler,
-          connectionClosed: metrics.connectionClosed,
-        })
+    // the coordinator's, where api_tokens lives and its trigger notifies. (A Citus worker is
+    // found only without DATABASE_DIRECT_URL, so never through a transaction pooler.)
+    const session = prepared?.sessions ?? (await sessionsOf(config, db, log))
+    const pools = openServicePools(session.citusWorker ? session.url : url, session.url, log, {
+      transactionPooler,
+      connectionClosed: metrics.connectionClosed,
+    })
     held.add(pools.end)
 
     // 3. What the database's settings call for, and how plants are written (Citus).

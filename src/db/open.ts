@@ -65,6 +65,9 @@ export async function sessionsOf(
   return { url: db.url, writableUrl, citusWorker: false }
 }
 
+/** A database prepared for the service, with where its sessions go (found while preparing). */
+export type PreparedDatabase = EmbeddedDatabase & { readonly sessions: Sessions }
+
 /**
  * Opens the database (the embedded one when `DATABASE_URL` is unset) and applies pending
  * migrations; if they fail, stops it again and says which database could not be used.
@@ -73,11 +76,13 @@ export async function prepareDatabase(
   config: Config,
   log: Log,
   dataDir = defaultDataDir,
-): Promise<EmbeddedDatabase> {
+): Promise<PreparedDatabase> {
   const db = await openDatabase(config, log, { dataDir })
+  let sessions: Sessions
   // Migrations take a session-level advisory lock: never through a transaction pooler.
   try {
-    const url = (await sessionsOf(config, db, log, true)).writableUrl
+    sessions = await sessionsOf(config, db, log, true)
+    const url = sessions.writableUrl
     if (config.migrate) await migrate(url, log)
     else {
       // MIGRATE=off: a role that may not create tables; the owner migrates beforehand.
@@ -95,7 +100,7 @@ export async function prepareDatabase(
       `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${describeError(err)}`,
     )
   }
-  return db
+  return { ...db, sessions }
 }
 
 /**
