@@ -59,8 +59,8 @@ describe('out of file handles', () => {
     assert.equal((await create(client, token, 1)).status, 200)
 
     // The process may open 8 more files; connections of our own take them.
-    const open = readdirSync(`/proc/${pid}/fd`).length
-    const limit = open + 8
+    const handles = () => readdirSync(`/proc/${pid}/fd`).length
+    const limit = handles() + 8
     const set = spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${limit}:${limit}`])
     assert.equal(set.status, 0, set.stderr?.toString())
     const flood: Socket[] = []
@@ -68,16 +68,31 @@ describe('out of file handles', () => {
       for (const s of flood) s.destroy()
     })
     for (let i = 0; i < 40; i++) flood.push(await openSocket(service.base))
-    await within(5000, async () => readdirSync(`/proc/${pid}/fd`).length >= limit)
+    await within(5000, async () => handles() >= limit)
 
     // The database ends the service's sessions, which frees their handles; connections of our
-    // own take those too, so every connection the service opens again meets EMFILE.
-    await db.sql`
-      select pg_terminate_backend(pid) from pg_stat_activity
+    // own take those too, so every connection the service opens again meets EMFILE. A session's
+    // end may reach the service late (through a container's proxy, say) and free a handle after
+    // our connections took the others: so ours are added until the service has held none free
+    // for half a second. (Its statement slots connect only for a create; its LISTEN session
+    // reconnects at once, and may take a handle before ours do: it carries no create.)
+    const ended = await db.sql<{ pid: number }[]>`
+      select pid, pg_terminate_backend(pid) from pg_stat_activity
       where datname = current_database() and pid <> pg_backend_pid()`
-    await within(5000, async () => readdirSync(`/proc/${pid}/fd`).length < limit)
-    for (let i = 0; i < 40; i++) flood.push(await openSocket(service.base))
-    await within(5000, async () => readdirSync(`/proc/${pid}/fd`).length >= limit)
+    await within(5000, async () => {
+      const [left] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where pid = any(${ended.map((r) => r.pid)}::int[])`
+      return left?.n === 0
+    })
+    await within(10_000, async () => {
+      for (let i = 0; i < 40 && handles() < limit; i++) flood.push(await openSocket(service.base))
+      for (let waited = 0; waited < 500; waited += 50) {
+        if (handles() < limit) return false
+        await new Promise((r) => setTimeout(r, 50))
+      }
+      return true
+    })
     const answers: Answer[] = []
     for (let id = 2; id < 8; id++) answers.push(await create(client, token, id))
     assert.deepEqual(
