@@ -4,7 +4,8 @@
 -- Thread k (of at most 16) takes ids first + k + 16 n, so no two requests share an id. At random,
 -- two ids meet once in about 10^19 requests.
 local token = os.getenv("BENCH_TOKEN")
-local first = tonumber(os.getenv("BENCH_FIRST_ID") or "1")
+local first_text = os.getenv("BENCH_FIRST_ID") or "1"
+local first = tonumber(first_text)
 local counter = 0
 local random = os.getenv("BENCH_RANDOM") == "1"
 
@@ -13,10 +14,20 @@ function setup(thread)
   counter = counter + 1
 end
 
+-- The first id modulo a prime, from its digits: exact at any size (a double's `%` is not past
+-- 2^53, where two first ids 10^12 apart gave the same seed, so the same ids at random).
+local function first_mod(p)
+  local r = 0
+  for digit in first_text:gmatch("%d") do
+    r = (r * 10 + tonumber(digit)) % p
+  end
+  return r
+end
+
 function init(args)
   n = 0
   -- Two runs at once (instances on two nodes) have different first ids, so different ids.
-  math.randomseed(os.time() * 1000 + index * 7919 + first % 1000003)
+  math.randomseed(os.time() * 1000 + index * 7919 + first_mod(1000003))
 end
 
 -- A sign and a number uniform in [0, 9 * 10^18): the first of 19 digits is 0 to 8, and leading
