@@ -81,8 +81,8 @@ export async function startService(
     const url = connectTo ? connectTo(db.url) : db.url
 
     // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
-    // the coordinator's, where api_tokens lives and its trigger notifies. (A Citus worker is
-    // found only without DATABASE_DIRECT_URL, so never through a transaction pooler.)
+    // the coordinator's (or DATABASE_DIRECT_URL's), where api_tokens lives and its trigger
+    // notifies. (A Citus worker is never found through a transaction pooler.)
     const session = prepared?.sessions ?? (await sessionsOf(config, db, log))
     const pools = openServicePools(session.citusWorker ? session.url : url, session.url, log, {
       transactionPooler,
@@ -113,6 +113,7 @@ export async function startService(
       connectionClosed: metrics.connectionClosed,
       statementRan: metrics.statementRan,
       writePath: writePath.current,
+      citusGroup: session.citusGroup,
     })
     held.add(plants.close)
 

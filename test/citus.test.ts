@@ -1,13 +1,22 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, type TestContext, test } from 'node:test'
 import postgres from 'postgres'
-import { hashInt8, plantsShardCount, shardPlacements, splitByPlacement } from '../src/db/citus.ts'
+import {
+  hashInt8,
+  nodeUrl,
+  plantsShardCount,
+  shardPlacements,
+  splitByPlacement,
+} from '../src/db/citus.ts'
 import { migrationNames } from '../src/db/migrate.ts'
 import { limits } from '../src/limits.ts'
+import { DatabaseUnavailable } from '../src/outcome.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { runNpm } from './helpers/cli.ts'
 import { driveCreates } from './helpers/drive.ts'
+import { type Partition, partition, partitionUnavailable } from './helpers/partition.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
+import { startTestServer } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
 // The plant store on a real Citus cluster (docs/scaling.md, Citus): Debian's PostgreSQL 15 with
@@ -23,6 +32,10 @@ const sinceDistribution =
 
 const missing = citusUnavailable()
 const skip = missing !== undefined && process.env.CI === undefined ? missing : false
+// The silent worker needs iptables as root; in CI a machine without them fails that test.
+const partitionMissing = partitionUnavailable()
+const partitionSkip =
+  partitionMissing !== undefined && process.env.CI === undefined ? partitionMissing : false
 if (skip) process.stderr.write(`test/citus.test.ts: skipped: ${missing}\n`)
 
 const post = (base: string, token: string, body: unknown) =>
@@ -58,6 +71,19 @@ test("a batch on Citus goes as one statement per worker, or per shard where a wo
     ],
   ])
   assert.deepEqual(splitByPlacement([], at), [])
+})
+
+test("another Citus node's URL keeps the user, password, database and TLS settings of DATABASE_URL, with the host and port pg_dist_node names", () => {
+  const url =
+    'postgres://app:s%40cret@db-1:5432,db-1-standby:5432/plants?sslmode=verify-full&target_session_attrs=read-write'
+  assert.equal(
+    nodeUrl(url, 'worker-2.internal:6432'),
+    'postgres://app:s%40cret@worker-2.internal:6432/plants?sslmode=verify-full',
+  )
+  assert.equal(
+    nodeUrl('postgres://app@[::1]:5432/plants', 'fd00::2:5433'),
+    'postgres://app@[fd00::2]:5433/plants',
+  )
 })
 
 describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
@@ -128,7 +154,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.match(
       String(roleLine?.message),
       new RegExp(
-        `^this server is a Citus worker: creates go through it; migrations, tokens and their notifications go to the coordinator at 127\\.0\\.0\\.1:${cluster.coordinator.port}$`,
+        `^this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to the coordinator at 127\\.0\\.0\\.1:${cluster.coordinator.port}$`,
       ),
     )
     const onCoordinator = await startServiceProcess(
@@ -196,6 +222,89 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       1000,
       async () => (await post(onWorker.base, token, { id: 3, name: 'x' })).status === 401,
     )
+  })
+
+  test('an instance on a worker sends each create straight to the worker that holds its row: each worker runs the statements of its own rows, the coordinator none, and every create is stored', async () => {
+    const [own, other] = cluster.workers
+    assert.ok(own && other)
+    const s = await startServiceProcess('node', { DATABASE_URL: own.url }, { after })
+    const token = await tokenFor(cluster.sql, s.base, 'straight-to-the-shard')
+    const pools = [...cluster.workers, cluster.coordinator].map((n) =>
+      postgres(n.url, { max: 1, onnotice: () => {} }),
+    )
+    after(() => Promise.all(pools.map((p) => p.end())))
+    // The distributed statements each node ran (the workers', then the coordinator's). (Its
+    // connections to other nodes are no measure: Citus's maintenance daemon reuses one about
+    // every second, creates or not.)
+    const counters = () =>
+      Promise.all(
+        pools.map(async (sql) => {
+          const [c] = await sql<{ statements: number }[]>`
+            select (query_execution_single_shard + query_execution_multi_shard)::int as statements
+            from citus_stat_counters where name = current_database()`
+          return c ?? { statements: Number.NaN }
+        }),
+      )
+    const before = await counters()
+    const ids = Array.from({ length: 200 }, (_, i) => 9_300_000_000 + i * 104_729)
+    for (let wave = 0; wave < ids.length; wave += 25) {
+      const statuses = await Promise.all(
+        ids
+          .slice(wave, wave + 25)
+          .map((id) => post(s.base, token, { id, name: `straight ${id}` }).then((r) => r.status)),
+      )
+      assert.deepEqual(new Set(statuses), new Set([200]), JSON.stringify(statuses))
+    }
+    const now = await counters()
+    cluster.workers.forEach((w, i) => {
+      const was = before[i]
+      const is = now[i]
+      assert.ok(was && is)
+      // A statement sent on from another node reaches a worker as a plain statement on its
+      // shard, which Citus does not count: only one the instance sent it is counted here.
+      assert.ok(
+        is.statements > was.statements,
+        `the worker on ${w.port} ran no statement of its own: its rows were sent through another node`,
+      )
+    })
+    // The coordinator is off the create path: not one distributed statement.
+    assert.equal(now[2]?.statements, before[2]?.statements)
+    const [stored] = await cluster.sql<{ n: number }[]>`
+      select count(*)::int as n from plants where id = any(${ids.map(String)}::int8[])`
+    assert.equal(stored?.n, ids.length)
+    assert.ok(
+      s.lines.some(
+        (l) =>
+          l.message ===
+          `creates whose rows are on the Citus worker at 127.0.0.1:${other.port} go straight to it`,
+      ),
+      JSON.stringify(s.lines.map((l) => l.message)),
+    )
+  })
+
+  test('an instance on a worker keeps one limit of creates waiting, whichever workers they wait for: past it, queue_full', async (t) => {
+    const worker = cluster.workers[0]
+    assert.ok(worker)
+    const maxQueued = 4
+    const server = await startTestServer(t, {
+      db: { url: worker.url, sql: cluster.sql },
+      batchLimits: { maxBatch: 10, maxInFlight: 1, maxQueued },
+    })
+    const placementOf = await shardPlacements(cluster.sql)
+    const ids = Array.from({ length: 40 }, (_, i) => BigInt(9_500_000_000 + i * 7919))
+    assert.equal(new Set(ids.map((id) => placementOf(id).group)).size, 2, 'ids on both workers')
+    // All submitted in one tick: none can have gone to a statement yet, so all wait.
+    const outcomes = await Promise.allSettled(
+      ids.map((id) => server.store.create({ id, name: `queued ${id}` }, 'test')),
+    )
+    const refused = outcomes.filter(
+      (o) =>
+        o.status === 'rejected' &&
+        o.reason instanceof DatabaseUnavailable &&
+        o.reason.reason === 'queue_full',
+    )
+    assert.equal(outcomes.length - refused.length, maxQueued, JSON.stringify(outcomes.slice(0, 6)))
+    assert.ok(outcomes.every((o) => o.status === 'fulfilled' || refused.includes(o)))
   })
 
   test('the service logs the VALUES path and holds the contract: create, retry, 40009, ids at ±2^63, one winner of a 50-way race, rows on both workers', async () => {
@@ -446,19 +555,28 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
   })
 
   /**
-   * Worker 2 stopped for 10 s while 8 clients create through `s`: every answer 200 or 503 with
-   * Retry-After, never 500 or later than the deadline; creates for the live worker's shards go
-   * on; 200 within 5 s of its restart.
+   * Worker 2 away for 10 s while 8 clients create through `s`, `stopped` (PostgreSQL's immediate
+   * shutdown: connections refused) or `silent` (its port's packets dropped, as in a partition):
+   * every answer 200 or 503 with Retry-After, never 500 or later than the deadline; creates for
+   * the live worker's shards go on; 200 within 5 s of its return.
    */
-  async function oneWorkerStoppedUnderLoad(t: TestContext, s: ServiceProcess, token: string) {
+  async function oneWorkerAwayUnderLoad(
+    t: TestContext,
+    s: ServiceProcess,
+    token: string,
+    how: 'stopped' | 'silent' = 'stopped',
+  ) {
     const drive = driveCreates(s.base, token, { concurrency: 8, pauseMs: 5 })
     await new Promise((r) => setTimeout(r, 1500))
     const worker = cluster.workers[1]
     assert.ok(worker)
-    await worker.stop()
+    let cut: Partition | undefined
+    if (how === 'silent') cut = partition(worker.port, 'both', t)
+    else await worker.stop()
     const stoppedAt = performance.now()
     await new Promise((r) => setTimeout(r, 10_000))
-    await worker.start()
+    if (cut) cut.heal()
+    else await worker.start()
     const restartedAt = performance.now()
     let firstOk = Number.NaN
     await within(5000, async () => {
@@ -471,7 +589,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const statuses = Object.fromEntries(drive.statuses)
     const during = drive.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < restartedAt)
     t.diagnostic(
-      `while the worker was down: ${during.filter((a) => a.status === 200).length} of ${during.length} creates 200; first 200 ${Math.round(firstOk)} ms after its restart; all: ${JSON.stringify(statuses)}`,
+      `while the worker was ${how}: ${during.filter((a) => a.status === 200).length} of ${during.length} creates 200; first 200 ${Math.round(firstOk)} ms after its return; slowest answer ${Math.round(drive.slowestMs)} ms; all: ${JSON.stringify(statuses)}`,
     )
     assert.deepEqual(
       Object.keys(statuses).filter((x) => x !== '200' && x !== '503'),
@@ -501,6 +619,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       `the slowest answer took ${drive.slowestMs} ms`,
     )
     assert.ok(firstOk < 5000, `first 200 ${firstOk} ms after the restart`)
+    return { worker }
   }
 
   test("one worker stopped for 10 s under load: every answer 200 or 503 with Retry-After, never 500 or later than the deadline; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
@@ -510,7 +629,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       { after },
     )
     const token = await tokenFor(cluster.sql, s.base, 'citus-faults')
-    await oneWorkerStoppedUnderLoad(t, s, token)
+    await oneWorkerAwayUnderLoad(t, s, token)
   })
 
   test("one worker stopped for 10 s, the instance on the other worker under load: every answer 200 or 503 with Retry-After, never 500; creates for the live worker's shards go on; 200 within 5 s of its restart", async (t) => {
@@ -518,6 +637,25 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.ok(live)
     const s = await startServiceProcess('node', { DATABASE_URL: live.url }, { after })
     const token = await tokenFor(cluster.sql, s.base, 'citus-worker-faults')
-    await oneWorkerStoppedUnderLoad(t, s, token)
+    await oneWorkerAwayUnderLoad(t, s, token)
+  })
+
+  test("one worker silent for 10 s (its packets dropped), the instance on the other worker under load: its creates 503 at their deadline, the live worker's go on, its statement slot is cut loose with the worker named; 200 within 5 s of the return", {
+    skip: partitionSkip,
+  }, async (t) => {
+    if (partitionMissing) throw new Error(partitionMissing)
+    const live = cluster.workers[0]
+    assert.ok(live)
+    const s = await startServiceProcess('node', { DATABASE_URL: live.url }, { after })
+    const token = await tokenFor(cluster.sql, s.base, 'citus-silent-worker')
+    const { worker } = await oneWorkerAwayUnderLoad(t, s, token, 'silent')
+    const cutLine = s.lines.find((l) => String(l.message).startsWith('no answer from the database'))
+    assert.match(
+      String(cutLine?.message),
+      new RegExp(
+        `^no answer from the database \\(the Citus worker at 127\\.0\\.0\\.1:${worker.port}\\) for ${limits.database.cutLoose} ms; closed the connection of statement slot \\d`,
+      ),
+      JSON.stringify(s.lines.map((l) => l.message)),
+    )
   })
 })

@@ -40,6 +40,8 @@ export const distributePlantsSql = (shards: number) =>
 export type WritePath = {
   readonly shape: WriteShape
   readonly placementOf?: (id: bigint) => Placement
+  /** Each group's primary as pg_dist_node names it (`host:port`), on a distributed plants. */
+  readonly nodes?: ReadonlyMap<number, string>
   readonly signature: string
 }
 
@@ -83,17 +85,22 @@ export const writePathCheckMs = 10_000
  * installed): unnest while plants is local, else VALUES split by where its shards are.
  */
 export async function readWritePath(sql: Sql): Promise<WritePath> {
-  const ranges = await sql<Range[]>`
-    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group
+  const ranges = await sql<(Range & { node: string | null })[]>`
+    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group,
+      n.nodename || ':' || n.nodeport as node
     from pg_dist_shard s join pg_dist_placement p using (shardid)
     join pg_dist_partition d using (logicalrelid)
+    left join pg_dist_node n on n.groupid = p.groupid and n.noderole = 'primary'
     where s.logicalrelid = 'plants'::regclass and d.partmethod = 'h'
     order by s.shardminvalue::int`
   if (ranges.length === 0) return localPath
+  const nodes = new Map<number, string>()
+  for (const r of ranges) if (r.node !== null) nodes.set(r.group, r.node)
   return {
     shape: 'values',
     placementOf: placementsFrom(ranges),
-    signature: ranges.map((r) => `${r.min}..${r.max}@${r.group}`).join(','),
+    nodes,
+    signature: ranges.map((r) => `${r.min}..${r.max}@${r.group}=${r.node}`).join(','),
   }
 }
 
@@ -260,16 +267,34 @@ export type CitusNode =
   | { readonly role: 'coordinator' }
   | {
       readonly role: 'worker'
-      /** The coordinator's URL: `url` with the host and port of pg_dist_node's group 0. */
-      readonly coordinatorUrl: string
-      readonly coordinator: string
+      /** Its own group in pg_dist_node. */
+      readonly group: number
+      /**
+       * The coordinator (`host:port`) and its URL, `url` with the host and port of pg_dist_node's
+       * group 0; undefined where its metadata names none.
+       */
+      readonly coordinator?: { readonly node: string; readonly url: string }
     }
+
+/**
+ * The URL of another node of the cluster: the first host of `url` with the host and port
+ * pg_dist_node names it by (`host:port`), the same database, user and settings.
+ */
+export function nodeUrl(url: string, node: string): string {
+  const first = hostUrls(url)?.[0]
+  if (first === undefined) throw new Error('the database URL cannot be read')
+  const at = node.lastIndexOf(':')
+  const host = node.slice(0, at)
+  first.hostname = host.includes(':') ? `[${host}]` : host
+  first.port = node.slice(at + 1)
+  first.searchParams.delete('target_session_attrs')
+  return first.toString()
+}
 
 /**
  * Asks the server at `url` whether it is a Citus node, and which. A worker with synced metadata
  * (Citus 11+) runs distributed INSERT and SELECT itself, but DDL, `api_tokens` and the
- * migrations table live on the coordinator, which its metadata names. A worker whose metadata
- * names no coordinator is refused with what to do.
+ * migrations table live on the coordinator, which its metadata names.
  */
 export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | undefined> {
   const sql = createSql(url, log, { max: 1, applicationName: 'plant-store probe' })
@@ -287,20 +312,9 @@ export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | un
       from pg_dist_local_group g
         left join pg_dist_node n on n.groupid = 0 and n.noderole = 'primary'`
     if (row === undefined || row.group === 0) return { role: 'coordinator' }
-    if (row.host === null || row.port === null)
-      throw new Error(
-        `this server is a Citus worker whose metadata names no coordinator: on the coordinator, run select citus_set_coordinator_host('<its host>', <its port>), or set DATABASE_DIRECT_URL to it`,
-      )
-    const coordinatorUrl = hostUrls(url)?.[0]
-    if (coordinatorUrl === undefined) throw new Error('the database URL cannot be read')
-    coordinatorUrl.hostname = row.host
-    coordinatorUrl.port = String(row.port)
-    coordinatorUrl.searchParams.delete('target_session_attrs')
-    return {
-      role: 'worker',
-      coordinatorUrl: coordinatorUrl.toString(),
-      coordinator: `${row.host}:${row.port}`,
-    }
+    if (row.host === null || row.port === null) return { role: 'worker', group: row.group }
+    const node = `${row.host}:${row.port}`
+    return { role: 'worker', group: row.group, coordinator: { node, url: nodeUrl(url, node) } }
   } finally {
     await sql.end({ timeout: 5 })
   }

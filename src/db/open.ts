@@ -31,6 +31,8 @@ export type Sessions = {
   readonly writableUrl: string
   /** `DATABASE_URL` names a Citus worker, and `url` is its coordinator. */
   readonly citusWorker: boolean
+  /** On a Citus worker, its group in pg_dist_node (its own shards' placements name it). */
+  readonly citusGroup?: number
 }
 
 /**
@@ -53,12 +55,22 @@ export async function sessionsOf(
   const writableUrl = await primaryUrl(db.url)
   const node = await citusNodeOf(writableUrl, log)
   if (node?.role === 'worker') {
+    const coordinator = node.coordinator
+    if (coordinator === undefined)
+      throw new Error(
+        `this server is a Citus worker whose metadata names no coordinator: on the coordinator, run select citus_set_coordinator_host('<its host>', <its port>), or set DATABASE_DIRECT_URL to it`,
+      )
     if (say)
       log.info(
-        `this server is a Citus worker: creates go through it; migrations, tokens and their notifications go to the coordinator at ${node.coordinator}`,
-        { citus: 'worker', coordinator: node.coordinator },
+        `this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to the coordinator at ${coordinator.node}`,
+        { citus: 'worker', coordinator: coordinator.node },
       )
-    return { url: node.coordinatorUrl, writableUrl: node.coordinatorUrl, citusWorker: true }
+    return {
+      url: coordinator.url,
+      writableUrl: coordinator.url,
+      citusWorker: true,
+      citusGroup: node.group,
+    }
   }
   if (node?.role === 'coordinator' && say)
     log.info('this server is the Citus coordinator', { citus: 'coordinator' })

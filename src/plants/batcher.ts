@@ -54,6 +54,10 @@ type Pending<I, O> = {
   readonly reject: (err: unknown) => void
 }
 
+/** The refusal of an item past `maxQueued` waiting (503, `queue_full`). */
+export const queueFull = (maxQueued: number) =>
+  new DatabaseUnavailable(`more than ${maxQueued} creates are waiting`, { reason: 'queue_full' })
+
 const pastDeadline = () =>
   new DatabaseUnavailable("no answer from the database before the request's deadline", {
     reason: 'deadline',
@@ -233,13 +237,7 @@ export function createBatcher<I, O>(
   }
 
   function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
-    if (queue.length >= limits.maxQueued) {
-      return Promise.reject(
-        new DatabaseUnavailable(`more than ${limits.maxQueued} creates are waiting`, {
-          reason: 'queue_full',
-        }),
-      )
-    }
+    if (queue.length >= limits.maxQueued) return Promise.reject(queueFull(limits.maxQueued))
     return new Promise<O>((resolve, reject) => {
       queue.push({ item, expiresAt, resolve, reject })
       schedule()
