@@ -127,7 +127,7 @@ export const variables = {
     schema: v.optional(databaseUrl),
     default: undefined,
     unset: `DATABASE_URL`,
-    meaning: `a session connection to the same database (PostgreSQL itself, or a session-mode pool), for migrations, \`LISTEN\` and the commands; needed with \`DATABASE_POOL_MODE=transaction\``,
+    meaning: `a session connection to the same database (PostgreSQL itself, or a session-mode pool), for migrations, \`LISTEN\` and the commands; needed with \`DATABASE_POOL_MODE=transaction\`; with \`DATABASE_URL\` naming a Citus worker, its coordinator (as a primary and its standby, say), else read from the worker's metadata`,
   },
   PORT: {
     key: 'port',

@@ -8,6 +8,7 @@ import {
   shardPlacements,
   splitByPlacement,
 } from '../src/db/citus.ts'
+import { freePort } from '../src/db/embedded.ts'
 import { migrationNames } from '../src/db/migrate.ts'
 import { limits } from '../src/limits.ts'
 import { DatabaseUnavailable } from '../src/outcome.ts'
@@ -305,6 +306,37 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     )
     assert.equal(outcomes.length - refused.length, maxQueued, JSON.stringify(outcomes.slice(0, 6)))
     assert.ok(outcomes.every((o) => o.status === 'fulfilled' || refused.includes(o)))
+  })
+
+  test('an instance on a worker with DATABASE_DIRECT_URL naming the coordinator among two hosts (the first one down): it says so, is ready, takes a new token within 1 s and sends creates straight to the shards', async () => {
+    const worker = cluster.workers[1]
+    assert.ok(worker)
+    const down = await freePort()
+    const direct = `postgres://postgres@127.0.0.1:${down},127.0.0.1:${cluster.coordinator.port}/plants?target_session_attrs=read-write`
+    const s = await startServiceProcess(
+      'node',
+      { DATABASE_URL: worker.url, DATABASE_DIRECT_URL: direct },
+      { after },
+    )
+    const roleLine = s.lines.find((l) => l.citus === 'worker')
+    assert.equal(
+      roleLine?.message,
+      `this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to DATABASE_DIRECT_URL (127.0.0.1:${down},127.0.0.1:${cluster.coordinator.port}/plants as postgres)`,
+    )
+    assert.equal((await fetch(`${s.base}/readyz`)).status, 200)
+    const made = await runNpm('token', ['create', 'through-direct-url'], {
+      DATABASE_URL: cluster.coordinator.url,
+    })
+    assert.equal(made.code, 0, made.stderr)
+    const token = made.stdout.trim()
+    await within(
+      1000,
+      async () => (await post(s.base, token, { id: 9_400_000_001, name: 'direct' })).status === 200,
+    )
+    assert.ok(
+      s.lines.some((l) => l.citus === 'routed'),
+      JSON.stringify(s.lines.map((l) => l.message)),
+    )
   })
 
   test('the service logs the VALUES path and holds the contract: create, retry, 40009, ids at ±2^63, one winner of a 50-way race, rows on both workers', async () => {

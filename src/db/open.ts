@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
-import { citusNodeOf } from './citus.ts'
+import { type CitusNode, citusNodeOf } from './citus.ts'
 import { describeDatabase, hostUrls } from './database-url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { isWritableHost } from './hosts.ts'
@@ -38,8 +38,11 @@ export type Sessions = {
 /**
  * Where sessions go (migrations, the commands, and the service's tokens and LISTEN):
  * `DATABASE_DIRECT_URL`; else, when `DATABASE_URL` names a Citus worker, its coordinator, where
- * the tables are made and `api_tokens` lives; else the database's own URL. Throws, naming each
- * host and why, when none is writable. `say`: log, once, what kind of Citus node it is.
+ * the tables are made and `api_tokens` lives; else the database's own URL. Whether
+ * `DATABASE_URL` names a Citus worker is asked in either case, except through a transaction
+ * pooler (which a worker's instance does not need: it keeps 2 connections a worker). Throws,
+ * naming each host and why, when none is writable (`DatabaseUrlFailure` when it is
+ * `DATABASE_URL`'s, with sessions elsewhere). `say`: log, once, what kind of Citus node it is.
  */
 export async function sessionsOf(
   config: Config,
@@ -47,34 +50,55 @@ export async function sessionsOf(
   log: Log,
   say = false,
 ): Promise<Sessions> {
-  if (config.databaseDirectUrl !== undefined) {
-    const url = config.databaseDirectUrl
-    return { url, writableUrl: await primaryUrl(url), citusWorker: false }
-  }
+  const direct = config.databaseDirectUrl
   if (db.owned) return { url: db.url, writableUrl: db.url, citusWorker: false }
-  const writableUrl = await primaryUrl(db.url)
-  const node = await citusNodeOf(writableUrl, log)
+  const directSessions = async (url: string): Promise<Sessions> => ({
+    url,
+    writableUrl: await primaryUrl(url),
+    citusWorker: false,
+  })
+  if (direct !== undefined && config.poolMode === 'transaction') return directSessions(direct)
+  let writableUrl: string
+  let node: CitusNode | undefined
+  try {
+    writableUrl = await primaryUrl(db.url)
+    node = await citusNodeOf(writableUrl, log)
+  } catch (err) {
+    throw direct === undefined ? err : new DatabaseUrlFailure(err)
+  }
   if (node?.role === 'worker') {
-    const coordinator = node.coordinator
-    if (coordinator === undefined)
+    const sessions = direct ?? node.coordinator?.url
+    if (sessions === undefined)
       throw new Error(
         `this server is a Citus worker whose metadata names no coordinator: on the coordinator, run select citus_set_coordinator_host('<its host>', <its port>), or set DATABASE_DIRECT_URL to it`,
       )
+    const where =
+      direct === undefined
+        ? `the coordinator at ${node.coordinator?.node}`
+        : `DATABASE_DIRECT_URL (${describeDatabase(direct)})`
     if (say)
       log.info(
-        `this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to the coordinator at ${coordinator.node}`,
-        { citus: 'worker', coordinator: coordinator.node },
+        `this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to ${where}`,
+        { citus: 'worker', ...(node.coordinator && { coordinator: node.coordinator.node }) },
       )
     return {
-      url: coordinator.url,
-      writableUrl: coordinator.url,
+      url: sessions,
+      writableUrl: await primaryUrl(sessions),
       citusWorker: true,
       citusGroup: node.group,
     }
   }
   if (node?.role === 'coordinator' && say)
     log.info('this server is the Citus coordinator', { citus: 'coordinator' })
+  if (direct !== undefined) return directSessions(direct)
   return { url: db.url, writableUrl, citusWorker: false }
+}
+
+/** `DATABASE_URL` could not be asked what it is, while the sessions go to `DATABASE_DIRECT_URL`. */
+export class DatabaseUrlFailure extends Error {
+  constructor(cause: unknown) {
+    super(describeError(cause), { cause })
+  }
 }
 
 /** A database prepared for the service, with where its sessions go (found while preparing). */
@@ -108,9 +132,9 @@ export async function prepareDatabase(
     await db
       .stop()
       .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
-    throw new Error(
-      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${describeError(err)}`,
-    )
+    // Say the server that failed: DATABASE_DIRECT_URL's, unless DATABASE_URL's was asked first.
+    const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
+    throw new Error(`cannot use the database at ${describeDatabase(failed)}: ${describeError(err)}`)
   }
   return { ...db, sessions }
 }

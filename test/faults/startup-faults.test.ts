@@ -162,6 +162,24 @@ describe('start-up faults', () => {
     assert.ok(!stdout.includes('s3cret'), 'the password is never shown')
   })
 
+  test('with DATABASE_DIRECT_URL set, an unreachable DATABASE_URL stops the start with exit status 1 and a message that names DATABASE_URL, not DATABASE_DIRECT_URL', async () => {
+    const db = await createTestDatabase({ after })
+    const port = await freePort()
+    const { code, stdout } = await runMain([], {
+      DATABASE_URL: `postgres://plants:s3cret@127.0.0.1:${port}/plants`,
+      DATABASE_DIRECT_URL: db.url,
+      PORT: '0',
+    })
+    assert.equal(code, 1)
+    assert.match(
+      startLine(stdout),
+      new RegExp(
+        `cannot use the database at 127\\.0\\.0\\.1:${port}/plants as plants: .*ECONNREFUSED`,
+      ),
+    )
+    assert.ok(!stdout.includes('s3cret'), 'the password is never shown')
+  })
+
   test('a wrong password stops the start with a clear message and exit status 1, without the password', async () => {
     const db = await createTestDatabase({ after })
     const url = new URL(db.url)
