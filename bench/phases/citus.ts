@@ -2,6 +2,7 @@ import os from 'node:os'
 import postgres, { type Sql } from 'postgres'
 import { createToken } from '../../src/auth/token-repository.ts'
 import { migrate } from '../../src/db/migrate.ts'
+import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { isFailure } from '../../src/outcome.ts'
 import { citusUnavailable, startCitusCluster, startPostgres15 } from '../../test/helpers/citus.ts'
@@ -230,21 +231,44 @@ export async function citusPhase(bench: Bench, shards?: number) {
     say(
       `citus: CPU µs per create (medians): service on Citus: coordinator ${cpu.coordinatorUs.toFixed(0)}, workers ${cpu.workersUs.toFixed(0)}, the service ${cpu.clientUs.toFixed(0)}; pgbench: coordinator ${pgCpu.coordinatorUs.toFixed(0)}, workers ${pgCpu.workersUs.toFixed(0)}`,
     )
-    // Each node a machine of its own with as many cores as this one; the service's instances on
-    // machines of their own. Creates/s the coordinator, the workers, and every node acting as a
-    // coordinator for its share (service instances each on a worker's URL) could sustain.
+    // Each node a machine of its own with as many cores as this one, the service's instances on
+    // machines of their own, one per worker. Through the coordinator it plans every create, so
+    // its cores are a limit however many workers there are; through the workers each create
+    // costs only the worker that holds its row (its per-create CPU is both workers' together),
+    // and the limits that grow instead are the instances' cores and the connections: every
+    // instance keeps its statement slots on every worker, and 2 connections on the coordinator.
     const cores = os.availableParallelism()
     const coordinatorLimit = (cores * 1e6) / cpu.coordinatorUs
+    const slots = limits.batch.maxInFlight
     say(
-      `citus: on paper, ${cores} cores a node (CPU-bound, from the medians): workers  workers' limit  coordinator's limit  expected  every node a coordinator for its share`,
+      `citus: on paper, ${cores} cores a node (CPU-bound, from the medians), one instance per worker:`,
+    )
+    say(
+      `citus: workers | through the coordinator: workers' limit  coordinator's limit  expected | through the workers: expected  instances' cores  connections per worker  on the coordinator`,
     )
     const projection = [2, 4, 8, 16].map((workers) => {
       const workersLimit = (workers * cores * 1e6) / cpu.workersUs
-      const spread = (workers * cores * 1e6) / (cpu.workersUs + cpu.coordinatorUs)
-      say(
-        `citus: ${f(workers, 48)}  ${f(workersLimit, 13)}  ${f(coordinatorLimit, 19)}  ${f(Math.min(workersLimit, coordinatorLimit), 8)}  ${f(spread, 38)}`,
+      const viaCoordinator = Math.min(workersLimit, coordinatorLimit)
+      const throughWorkers = Math.min(
+        (workers * cores * 1e6) / viaWorkers.workersUs,
+        (cores * 1e6) / Math.max(viaWorkers.coordinatorUs, 1e-3),
       )
-      return { workers, workersLimit, coordinatorLimit, spread }
+      const instanceCores = (throughWorkers * viaWorkers.clientUs) / 1e6
+      const perWorker = workers * slots
+      const onCoordinator = workers * 2
+      say(
+        `citus: ${f(workers, 7)} | ${f(workersLimit, 37)}  ${f(coordinatorLimit, 19)}  ${f(viaCoordinator, 8)} | ${f(throughWorkers, 29)}  ${f(instanceCores, 16, 1)}  ${f(perWorker, 22)}  ${f(onCoordinator, 18)}`,
+      )
+      return {
+        workers,
+        workersLimit,
+        coordinatorLimit,
+        viaCoordinator,
+        throughWorkers,
+        instanceCores,
+        connectionsPerWorker: perWorker,
+        connectionsOnCoordinator: onCoordinator,
+      }
     })
     return { rounds, summary, projection }
   } finally {
