@@ -44,6 +44,12 @@ export const limits = {
     maxBatch: 1000,
     /** Most statements in flight at once; creates that arrive meanwhile wait and go together. */
     maxInFlight: 2,
+    /**
+     * On an instance on a Citus worker, statements in flight to each worker: its creates already
+     * wait in one queue per worker, and one statement each makes fuller batches (the bench's
+     * rounds through the workers: 1.38 × the coordinator's rate, against 1.22 with 2).
+     */
+    maxInFlightPerWorker: 1,
     /** Most creates waiting; beyond it a create is refused at once as unavailable (503). */
     maxQueued: 10_000,
   },

@@ -308,6 +308,36 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     assert.ok(outcomes.every((o) => o.status === 'fulfilled' || refused.includes(o)))
   })
 
+  test('an instance on a worker runs one statement at a time on each worker, however many creates wait: fuller batches', async (t) => {
+    const worker = cluster.workers[0]
+    assert.ok(worker)
+    const server = await startTestServer(t, {
+      db: { url: worker.url, sql: cluster.sql },
+      batchLimits: { maxBatch: 5, maxInFlight: limits.batch.maxInFlight, maxQueued: 1000 },
+    })
+    const placementOf = await shardPlacements(cluster.sql)
+    const ids = Array.from({ length: 40 }, (_, i) => BigInt(9_600_000_000 + i * 7919))
+    assert.equal(new Set(ids.map((id) => placementOf(id).group)).size, 2, 'ids on both workers')
+    // Warm: both workers' repositories and connections open.
+    await Promise.all(
+      ids.slice(0, 8).map((id) => server.store.create({ id, name: 'warm' }, 'test')),
+    )
+    const rest = ids.slice(8).map((id) => server.store.create({ id, name: `waits ${id}` }, 'test'))
+    let most = 0
+    const sampling = setInterval(() => {
+      most = Math.max(most, server.store.load().inFlight)
+    }, 1)
+    await Promise.all(rest)
+    clearInterval(sampling)
+    // 32 creates in batches of at most 5: with more statements allowed, each worker would run
+    // several at once.
+    assert.ok(most >= 1, 'statements were seen in flight')
+    assert.ok(
+      most <= cluster.workers.length,
+      `one statement a worker (${cluster.workers.length}) at most: ${most} in flight`,
+    )
+  })
+
   test('an instance on a worker with DATABASE_DIRECT_URL naming the coordinator among two hosts (the first one down): it says so, is ready, takes a new token within 1 s and sends creates straight to the shards', async () => {
     const worker = cluster.workers[1]
     assert.ok(worker)

@@ -239,7 +239,7 @@ export async function citusPhase(bench: Bench, shards?: number) {
     // instance keeps its statement slots on every worker, and 2 connections on the coordinator.
     const cores = os.availableParallelism()
     const coordinatorLimit = (cores * 1e6) / cpu.coordinatorUs
-    const slots = limits.batch.maxInFlight
+    const slots = limits.batch.maxInFlightPerWorker
     say(
       `citus: on paper, ${cores} cores a node (CPU-bound, from the medians), one instance per worker:`,
     )

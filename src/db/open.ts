@@ -40,7 +40,7 @@ export type Sessions = {
  * `DATABASE_DIRECT_URL`; else, when `DATABASE_URL` names a Citus worker, its coordinator, where
  * the tables are made and `api_tokens` lives; else the database's own URL. Whether
  * `DATABASE_URL` names a Citus worker is asked in either case, except through a transaction
- * pooler (which a worker's instance does not need: it keeps 2 connections a worker). Throws,
+ * pooler (which a worker's instance does not need: it keeps 1 connection a worker). Throws,
  * naming each host and why, when none is writable (`DatabaseUrlFailure` when it is
  * `DATABASE_URL`'s, with sessions elsewhere). `say`: log, once, what kind of Citus node it is.
  */

@@ -1,6 +1,7 @@
 import { nodeUrl, type WritePath } from '../db/citus.ts'
 import { openStatementSlots } from '../db/slots.ts'
 import { leaveReadOnlyServer } from '../db/sql.ts'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { queueFull } from './batcher.ts'
 import {
@@ -68,7 +69,8 @@ function openRepository(
 
 /**
  * The plant store of an instance on a Citus worker (group `ownGroup`): each create goes to a
- * repository of the worker that holds its row, where its batch runs as one multi-row VALUES
+ * repository of the worker that holds its row (one statement in flight each,
+ * `limits.batch.maxInFlightPerWorker`), where its batch runs as one multi-row VALUES
  * statement that Citus executes locally (no hop from worker to worker, no distributed commit,
  * and a statement spanning that worker's shards costs about what one for a single shard does).
  * The others' repositories open the first time a create has its row there, at the address
@@ -83,12 +85,15 @@ function openRoutedStore(
   ownGroup: number,
   writePath: () => WritePath,
 ): { store: PlantStore; close: () => Promise<void> } {
+  // One statement in flight to each worker (unless fewer are asked for): fuller batches.
+  const maxInFlight = Math.min(options.batchLimits.maxInFlight, limits.batch.maxInFlightPerWorker)
+  const each = { ...options, batchLimits: { ...options.batchLimits, maxInFlight } }
   // Each repository's batches hold rows of one worker only: one statement each.
   const oneWorker = () => {
     const path = writePath()
     return path.placementOf === undefined ? path : { shape: path.shape }
   }
-  const own = openRepository(url, log, options, oneWorker)
+  const own = openRepository(url, log, each, oneWorker)
   const known = [...(writePath().nodes ?? new Map<number, string>())]
   log.info(
     `creates go straight to the Citus worker that holds their row, where Citus runs them locally: this one for its own shards, the others at the addresses pg_dist_node gives them (${
@@ -106,7 +111,7 @@ function openRoutedStore(
     if (node === undefined) return own.store
     let opened = others.get(node)
     if (opened === undefined) {
-      opened = openRepository(nodeUrl(url, node), log, options, oneWorker, node)
+      opened = openRepository(nodeUrl(url, node), log, each, oneWorker, node)
       others.set(node, opened)
       stores.push(opened.store)
       log.info(`creates whose rows are on the Citus worker at ${node} go straight to it`, {
