@@ -105,6 +105,7 @@ function openRoutedStore(
     { citus: 'routed' },
   )
   const others = new Map<string, ReturnType<typeof openRepository>>()
+  const all = () => [own, ...others.values()]
   const storeOf = (group: number, path: WritePath): PlantStore => {
     if (group === ownGroup) return own.store
     const node = path.nodes?.get(group)
@@ -113,38 +114,35 @@ function openRoutedStore(
     if (opened === undefined) {
       opened = openRepository(nodeUrl(url, node), log, each, oneWorker, node)
       others.set(node, opened)
-      stores.push(opened.store)
       log.info(`creates whose rows are on the Citus worker at ${node} go straight to it`, {
         node,
       })
     }
     return opened.store
   }
-  const stores: PlantStore[] = [own.store]
   const maxQueued = options.batchLimits.maxQueued
+  const load = () => {
+    const loads = all().map((r) => r.store.load())
+    return {
+      queued: loads.reduce((sum, l) => sum + l.queued, 0),
+      inFlight: loads.reduce((sum, l) => sum + l.inFlight, 0),
+      oldestMs: Math.max(...loads.map((l) => l.oldestMs)),
+    }
+  }
   return {
     store: Object.freeze({
       create(plant, createdBy, expiresAt) {
         // The limit on creates waiting is the instance's, whichever worker they wait for.
-        let queued = 0
-        for (const store of stores) queued += store.load().queued
-        if (queued >= maxQueued) return Promise.reject(queueFull(maxQueued))
+        if (load().queued >= maxQueued) return Promise.reject(queueFull(maxQueued))
         const path = writePath()
         const group = path.placementOf?.(plant.id).group ?? ownGroup
         return storeOf(group, path).create(plant, createdBy, expiresAt)
       },
       probe: own.store.probe,
-      load() {
-        const loads = stores.map((s) => s.load())
-        return {
-          queued: loads.reduce((sum, l) => sum + l.queued, 0),
-          inFlight: loads.reduce((sum, l) => sum + l.inFlight, 0),
-          oldestMs: Math.max(...loads.map((l) => l.oldestMs)),
-        }
-      },
+      load,
     } satisfies PlantStore),
     async close() {
-      await Promise.all([own.close(), ...[...others.values()].map((o) => o.close())])
+      await Promise.all(all().map((r) => r.close()))
     },
   }
 }
