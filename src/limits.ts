@@ -26,6 +26,13 @@ export const limits = {
     /** A create waits this long for its statement before it is answered 503. */
     request: 6_000,
     /**
+     * A statement that failed for want of a database (a restart, a switchover, a terminated
+     * backend) is sent again until its creates' deadline; its slot pauses first, this long the
+     * first time and doubling up to `most` while the failures go on: a 1.5-s restart costs a
+     * slot about 12 attempts, and the first create after it waits at most `most` for its turn.
+     */
+    resendPause: { first: 10, most: 200 },
+    /**
      * A statement with no answer for this long, past the deadline of every create in it, has
      * its connection closed and a new one opened: a silent network partition, which the kernel
      * would otherwise leave retransmitting for minutes.

@@ -112,6 +112,7 @@ export async function startService(
       transactionPooler,
       connectionClosed: metrics.connectionClosed,
       statementRan: metrics.statementRan,
+      gapMetrics: metrics,
       writePath: writePath.current,
       citusGroup: session.citusGroup,
     })

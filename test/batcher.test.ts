@@ -101,4 +101,105 @@ describe('createBatcher', () => {
     }
     releaseAll()
   })
+
+  test('a batch whose statement failed for want of a database is sent again as it is, until it is stored', async () => {
+    const sent: number[][] = []
+    let failures = 3
+    const store = async (items: readonly number[]) => {
+      sent.push([...items])
+      if (failures-- > 0) throw Object.assign(new Error('connection reset'), { code: 'ECONNRESET' })
+      return items.map((i) => i * 10)
+    }
+    const events: string[] = []
+    const b = createBatcher(
+      store,
+      { maxBatch: 10, maxInFlight: 1, maxQueued: 10 },
+      {
+        held: (reason, items, first) => events.push(`held ${reason} ${items} ${first}`),
+        through: () => events.push('through'),
+        heldEnded: (outcome) => events.push(`ended ${outcome}`),
+      },
+    )
+    const all = [1, 2].map((i) => b.submit(i, performance.now() + 5000))
+    assert.deepEqual(await Promise.all(all), [10, 20])
+    assert.deepEqual(sent, [
+      [1, 2],
+      [1, 2],
+      [1, 2],
+      [1, 2],
+    ])
+    assert.deepEqual(events, [
+      'held connection_lost 2 2',
+      'held connection_lost 2 0',
+      'held connection_lost 2 0',
+      'ended answered',
+      'ended answered',
+      'through',
+    ])
+  })
+
+  test('a held item is answered unavailable at its deadline, naming why it was held, and is never sent after it', async () => {
+    const sent: number[][] = []
+    const store = async (items: readonly number[]) => {
+      sent.push([...items])
+      throw Object.assign(new Error('the database system is starting up'), { code: '57P03' })
+    }
+    let expired = 0
+    const b = createBatcher(
+      store,
+      { maxBatch: 10, maxInFlight: 1, maxQueued: 10 },
+      { expired: () => expired++ },
+    )
+    const started = performance.now()
+    await assert.rejects(
+      b.submit(1, started + 300),
+      (err: unknown) =>
+        err instanceof DatabaseUnavailable &&
+        err.reason === 'deadline' &&
+        /not accepting/.test(err.message),
+    )
+    const answeredAfter = performance.now() - started
+    assert.ok(answeredAfter >= 290 && answeredAfter < 1000, `answered after ${answeredAfter} ms`)
+    assert.ok(sent.length >= 3, `sent ${sent.length} times in 300 ms`)
+    const sends = sent.length
+    await new Promise((r) => setTimeout(r, 400))
+    assert.equal(sent.length, sends, 'sent again after its deadline')
+    assert.equal(expired, 1)
+    assert.equal(b.load().queued, 0)
+  })
+
+  test('a statement cut by the statement timeout (57014) is not sent again: it had its database', async () => {
+    let sends = 0
+    const store = async (): Promise<number[]> => {
+      sends++
+      throw Object.assign(new Error('canceling statement due to statement timeout'), {
+        code: '57014',
+      })
+    }
+    const b = createBatcher(store, { maxBatch: 10, maxInFlight: 1, maxQueued: 10 })
+    await assert.rejects(
+      b.submit(1, performance.now() + 2000),
+      (err: unknown) => err instanceof DatabaseUnavailable && err.reason === 'database',
+    )
+    assert.equal(sends, 1)
+  })
+
+  test('an item of a part that failed for want of a database is held alone; its batch mates are answered', async () => {
+    const sent: number[][] = []
+    let lost = true
+    const store = async (items: readonly number[]) => {
+      sent.push([...items])
+      const outcomes = items.map((i) =>
+        i === 2 && lost
+          ? Object.assign(new Error('connection refused'), { code: 'ECONNREFUSED' })
+          : i * 10,
+      )
+      lost = false
+      return outcomes
+    }
+    const b = createBatcher(store, { maxBatch: 10, maxInFlight: 1, maxQueued: 10 })
+    const all = [1, 2, 3].map((i) => b.submit(i, performance.now() + 5000))
+    assert.deepEqual(await Promise.all(all), [10, 20, 30])
+    assert.deepEqual(sent, [[1, 2, 3], [2]])
+  })
 })

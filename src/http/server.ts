@@ -231,6 +231,8 @@ async function handle(
   const trace = traceContext ? traceOf(req.headers.traceparent) : undefined
 
   let outcome: Outcome
+  // Why a 503 for the database was answered, for the request's log line.
+  let unavailable: string | undefined
   // The route pattern, never the raw path: every unknown path is one label value.
   let routeLabel = 'unmatched'
   try {
@@ -242,7 +244,9 @@ async function handle(
     if (err instanceof DatabaseUnavailable) {
       metrics.unavailable(err.reason)
       outcome = failure(50301, 'the database is unavailable; try again shortly')
-      log.warn('database unavailable', { requestId: ctx.requestId, reason: err.message })
+      // The request's own line (a warning, as every 503) says why; a gap in the database has
+      // a line of its own when it begins and ends (plants/gaps.ts), not one per create.
+      unavailable = err.message
     } else {
       outcome = failure(50001, `unexpected fault; quote request id ${ctx.requestId}`)
       log.error('unexpected fault', {
@@ -275,6 +279,7 @@ async function handle(
     status,
     durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,
+    reason: unavailable,
     tokenName: ctx.tokenName,
     traceId: trace?.traceId,
     spanId: trace?.spanId,

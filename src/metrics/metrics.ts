@@ -7,6 +7,7 @@ import {
   Histogram,
   Registry,
 } from 'prom-client'
+import { type ResendReason, resendReasons } from '../db/unavailable.ts'
 import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
 import type { UnavailableReason } from '../outcome.ts'
@@ -34,6 +35,10 @@ export type Metrics = {
   readonly statementRan: (rows: number, seconds: number) => void
   readonly unavailable: (reason: UnavailableReason) => void
   readonly connectionClosed: () => void
+  /** Creates of a statement that failed for want of a database, sent again (plants/gaps.ts). */
+  readonly createsResent: (reason: ResendReason, creates: number) => void
+  /** A held create's answer, `seconds` after its first statement failed. */
+  readonly heldCreateEnded: (outcome: 'answered' | 'unavailable', seconds: number) => void
   readonly watch: (sources: MetricSources) => void
   /** `GET /metrics`: the Prometheus text exposition; `undefined` when metrics are off. */
   readonly handler: Handler | undefined
@@ -48,6 +53,8 @@ export const noMetrics: Metrics = Object.freeze({
   statementRan: nothing,
   unavailable: nothing,
   connectionClosed: nothing,
+  createsResent: nothing,
+  heldCreateEnded: nothing,
   watch: nothing,
   handler: undefined,
 })
@@ -125,7 +132,15 @@ function httpMetrics(registry: Registry): Metrics['requestAnswered'] {
 /** Creates by outcome, statements, and the database's unavailability and lost connections. */
 function storeMetrics(
   registers: Registry[],
-): Pick<Metrics, 'createAnswered' | 'statementRan' | 'unavailable' | 'connectionClosed'> {
+): Pick<
+  Metrics,
+  | 'createAnswered'
+  | 'statementRan'
+  | 'unavailable'
+  | 'connectionClosed'
+  | 'createsResent'
+  | 'heldCreateEnded'
+> {
   const creates = new Counter({
     name: 'plant_store_creates_total',
     help: 'POST /plants answers by outcome: created, retry (same id and contents), conflict (40009), invalid (40001-40005), unavailable (503)',
@@ -158,6 +173,21 @@ function storeMetrics(
     help: `Database connections of the pool closed: lost (then reopened when needed), or idle for ${limits.database.idle / 1000} s; a rise under load means reconnects`,
     registers,
   })
+  const resent = new Counter({
+    name: 'plant_store_creates_resent_total',
+    help: `Creates sent again because their statement failed for want of a database, by reason (refused, connection_lost, terminated, not_accepting: starting or stopping, read_only, …); each is held until it is stored or its ${limits.database.request / 1000}-s deadline passes`,
+    labelNames: ['reason'],
+    registers,
+  })
+  for (const reason of resendReasons) resent.inc({ reason }, 0)
+  const held = new Histogram({
+    name: 'plant_store_create_held_seconds',
+    help: "Time from a create's first failed statement to its answer, by outcome: answered (by the database, after resends) or unavailable (503 at its deadline)",
+    labelNames: ['outcome'],
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 4, 5, limits.database.request / 1000],
+    registers,
+  })
+  for (const outcome of ['answered', 'unavailable']) held.zero({ outcome })
   const createSeries = new Map(createOutcomes.map((outcome) => [outcome, creates.labels(outcome)]))
   return {
     createAnswered: (outcome: CreateOutcomeLabel) => createSeries.get(outcome)?.inc(),
@@ -167,6 +197,8 @@ function storeMetrics(
     },
     unavailable: (reason: UnavailableReason) => unavailable.inc({ reason }),
     connectionClosed: () => closed.inc(),
+    createsResent: (reason, creates) => resent.inc({ reason }, creates),
+    heldCreateEnded: (outcome, seconds) => held.observe({ outcome }, seconds),
   }
 }
 

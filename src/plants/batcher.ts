@@ -1,4 +1,11 @@
-import { isConnectionLost, isUnavailable, translateUnavailable } from '../db/unavailable.ts'
+import {
+  isConnectionLost,
+  isUnavailable,
+  type ResendReason,
+  resendReason,
+  translateUnavailable,
+} from '../db/unavailable.ts'
+import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 
 /** How items are grouped into statements. */
@@ -26,6 +33,20 @@ export type BatchHooks = {
   readonly stuckAfterMs?: number
   /** A statement of `slot` failed because its connection is gone: the slot should start afresh. */
   readonly connectionLost?: (slot: number) => void
+  /**
+   * A statement failed for want of a database (`reason`, `error`): `items` of it, not yet past
+   * their deadlines, wait to be sent again, `first` of them held for the first time.
+   */
+  readonly held?: (reason: ResendReason, items: number, first: number, error: unknown) => void
+  /** A statement went through with nothing of it failing for want of a database. */
+  readonly through?: () => void
+  /**
+   * A held item ended `seconds` after its first statement failed: answered by the database
+   * (stored, a retry, a conflict), or unavailable (503, at its deadline).
+   */
+  readonly heldEnded?: (outcome: 'answered' | 'unavailable', seconds: number) => void
+  /** An item was answered unavailable at its deadline, held or never sent. */
+  readonly expired?: () => void
 }
 
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
@@ -52,26 +73,43 @@ type Pending<I, O> = {
   readonly expiresAt: number
   readonly resolve: (outcome: O) => void
   readonly reject: (err: unknown) => void
+  /** Answered: never sent again, and a later outcome changes nothing. */
+  done: boolean
+  /** When its first statement failed for want of a database (held), and why the last did. */
+  heldAt?: number
+  lastReason?: ResendReason
 }
 
 /** The refusal of an item past `maxQueued` waiting (503, `queue_full`). */
 export const queueFull = (maxQueued: number) =>
   new DatabaseUnavailable(`more than ${maxQueued} creates are waiting`, { reason: 'queue_full' })
 
-const pastDeadline = () =>
-  new DatabaseUnavailable("no answer from the database before the request's deadline", {
-    reason: 'deadline',
-  })
+const pastDeadline = (lastReason?: ResendReason) =>
+  new DatabaseUnavailable(
+    lastReason === undefined
+      ? "no answer from the database before the request's deadline"
+      : `no database took the create before the request's deadline (sent again while ${lastReason.replaceAll('_', ' ')})`,
+    { reason: 'deadline' },
+  )
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /**
  * Coalesces the items that arrive while statements are in flight into one call of `storeBatch`
- * (one statement, one commit), yet answers each item with its own outcome. A batch that fails as
- * unavailable rejects every item (its statement is one transaction: all or nothing is stored);
- * any other failure is retried one item at a time, so one bad item fails only itself.
+ * (one statement, one commit), yet answers each item with its own outcome. A batch that fails
+ * for want of a database (`resendReason`: the connection refused or lost, the server restarting
+ * or read-only) is held: its items go back to the head of the queue and are sent again, on the
+ * slot's next connection, until their deadlines; its slot pauses a moment first (doubling, up to
+ * `limits.database.resendPause.most`). That is safe because an item's outcome is decided by what
+ * the table holds (the id is the idempotency key): a batch whose commit's outcome is unknown is
+ * sent again as it is. A batch that fails otherwise as unavailable rejects every item (its
+ * statement is one transaction: all or nothing is stored); any other failure is retried one item
+ * at a time, so one bad item fails only itself.
  */
 export function createBatcher<I, O>(
   // An Error among the outcomes fails that item alone (a part of the batch that was sent as a
-  // statement of its own and failed, as on a Citus worker that is down).
+  // statement of its own and failed, as on a Citus worker that is down); one that is worth
+  // sending again holds it.
   storeBatch: (items: readonly I[], slot: number) => Promise<(O | Error)[]>,
   limits: BatchLimits,
   {
@@ -80,14 +118,97 @@ export function createBatcher<I, O>(
     stuck = () => {},
     stuckAfterMs = Number.POSITIVE_INFINITY,
     connectionLost = () => {},
+    held = () => {},
+    through = () => {},
+    heldEnded = () => {},
+    expired = () => {},
   }: BatchHooks = {},
 ): Batcher<I, O> {
+  // Waiting items, in the order of their deadlines.
   const queue: Pending<I, O>[] = []
   const tasks: Task[] = []
   // The free slots; a slot is one statement in flight at a time (a connection of its own).
   const free = Array.from({ length: limits.maxInFlight }, (_, i) => limits.maxInFlight - 1 - i)
   const startedAt = new Map<number, number>()
+  // Statements in a row of each slot that failed for want of a database: its next pause.
+  const failedInARow = new Map<number, number>()
+  const { first: firstPause, most: mostPause } = contractLimits.database.resendPause
   let scheduled = false
+
+  function answer(p: Pending<I, O>, outcome: O): void {
+    if (p.done) return
+    p.done = true
+    if (p.heldAt !== undefined) heldEnded('answered', (performance.now() - p.heldAt) / 1000)
+    p.resolve(outcome)
+  }
+
+  function fail(p: Pending<I, O>, err: unknown): void {
+    if (p.done) return
+    p.done = true
+    if (p.heldAt !== undefined)
+      heldEnded(
+        err instanceof DatabaseUnavailable || isUnavailable(err) ? 'unavailable' : 'answered',
+        (performance.now() - p.heldAt) / 1000,
+      )
+    p.reject(err)
+  }
+
+  function expire(p: Pending<I, O>): void {
+    if (p.done) return
+    expired()
+    fail(p, pastDeadline(p.lastReason))
+  }
+
+  /** Puts `p` in the queue by its deadline: last, unless it came after a later one. */
+  function enqueue(p: Pending<I, O>): void {
+    let at = queue.length
+    while (at > 0 && (queue[at - 1]?.expiresAt ?? 0) > p.expiresAt) at--
+    queue.splice(at, 0, p)
+    // A new head has an earlier deadline than the one watched.
+    if (at === 0 && queueTimer !== undefined) {
+      clearTimeout(queueTimer)
+      queueTimer = undefined
+    }
+  }
+
+  /**
+   * Holds the items of a statement that failed for want of a database: those still within their
+   * deadlines go back to the queue, ahead of every later item, to be sent again.
+   */
+  function hold(batch: readonly Pending<I, O>[], reason: ResendReason, err: unknown): void {
+    const now = performance.now()
+    const again: Pending<I, O>[] = []
+    let first = 0
+    for (const p of batch) {
+      if (p.done) continue
+      if (p.expiresAt <= now) {
+        expire(p)
+        continue
+      }
+      if (p.heldAt === undefined) {
+        p.heldAt = now
+        first++
+      }
+      p.lastReason = reason
+      again.push(p)
+    }
+    held(reason, again.length, first, err)
+    // One merge of the two lists in deadline order, rather than an insertion each.
+    again.sort((a, b) => a.expiresAt - b.expiresAt)
+    const merged: Pending<I, O>[] = []
+    let i = 0
+    for (const q of queue) {
+      for (let p = again[i]; p !== undefined && p.expiresAt <= q.expiresAt; p = again[++i])
+        merged.push(p)
+      merged.push(q)
+    }
+    for (let p = again[i]; p !== undefined; p = again[++i]) merged.push(p)
+    queue.length = 0
+    for (const p of merged) queue.push(p)
+    clearTimeout(queueTimer)
+    queueTimer = undefined
+    watchQueue()
+  }
 
   async function storeAlone(item: I, slot: number): Promise<O> {
     const [outcome] = await storeBatch([item], slot)
@@ -103,19 +224,22 @@ export function createBatcher<I, O>(
   function watchQueue(): void {
     const head = queue[0]
     if (queueTimer !== undefined || head === undefined || head.expiresAt === Infinity) return
-    queueTimer = setTimeout(() => {
-      queueTimer = undefined
-      dropExpired()
-      watchQueue()
-    }, head.expiresAt - performance.now())
+    queueTimer = setTimeout(
+      () => {
+        queueTimer = undefined
+        dropExpired()
+        watchQueue()
+      },
+      Math.max(0, head.expiresAt - performance.now()),
+    )
   }
 
-  // Items wait in arrival order with one deadline length, so the expired ones lead the queue.
+  // The queue is in the order of deadlines, so the expired items lead it.
   function dropExpired(): void {
     const now = performance.now()
-    let expired = 0
-    while (expired < queue.length && (queue[expired]?.expiresAt ?? now) <= now) expired++
-    for (const p of queue.splice(0, expired)) p.reject(pastDeadline())
+    let count = 0
+    while (count < queue.length && (queue[count]?.expiresAt ?? now) <= now) count++
+    for (const p of queue.splice(0, count)) expire(p)
   }
 
   /** Answers each item of a statement in flight at its deadline; returns the stop. */
@@ -125,8 +249,8 @@ export function createBatcher<I, O>(
       const now = performance.now()
       let next = Number.POSITIVE_INFINITY
       for (const p of batch) {
-        // Rejecting an item a second time, or after its outcome, changes nothing.
-        if (p.expiresAt <= now) p.reject(pastDeadline())
+        if (p.done) continue
+        if (p.expiresAt <= now) expire(p)
         else if (p.expiresAt < next) next = p.expiresAt
       }
       timer = next === Number.POSITIVE_INFINITY ? undefined : setTimeout(check, next - now)
@@ -150,31 +274,68 @@ export function createBatcher<I, O>(
     }
   }
 
+  /** How long `slot` waits after a statement failed for want of a database: doubling. */
+  function pauseAfterFailure(slot: number): number {
+    const inARow = failedInARow.get(slot) ?? 0
+    failedInARow.set(slot, inARow + 1)
+    return Math.min(firstPause * 2 ** inARow, mostPause)
+  }
+
   async function run(batch: Pending<I, O>[], slot: number): Promise<void> {
     const started = performance.now()
     const stopWatching = watchBatch(batch)
+    let pause = 0
     try {
       const outcomes = await storeBatch(
         batch.map((p) => p.item),
         slot,
       )
       statementRan(batch.length, (performance.now() - started) / 1000)
+      const again: Pending<I, O>[] = []
+      let why: { reason: ResendReason; err: Error } | undefined
       batch.forEach((p, i) => {
         const outcome = outcomes[i]
-        if (outcome instanceof Error) p.reject(outcome)
-        else if (outcome) p.resolve(outcome)
-        else p.reject(new Error('an item got no outcome'))
+        const reason = outcome instanceof Error ? resendReason(outcome) : undefined
+        if (reason !== undefined) {
+          again.push(p)
+          why ??= { reason, err: outcome as Error }
+        } else if (outcome instanceof Error) fail(p, outcome)
+        else if (outcome !== undefined) answer(p, outcome)
+        else fail(p, new Error('an item got no outcome'))
       })
+      if (why === undefined) {
+        failedInARow.delete(slot)
+        through()
+      } else {
+        hold(again, why.reason, why.err)
+        pause = pauseAfterFailure(slot)
+      }
     } catch (err) {
-      if (isUnavailable(err) || batch.length === 1) {
-        if ((err as { code?: unknown }).code === '25006') readOnly(slot)
-        if (isConnectionLost(err)) connectionLost(slot)
-        for (const p of batch) p.reject(err)
+      if ((err as { code?: unknown }).code === '25006') readOnly(slot)
+      if (isConnectionLost(err)) connectionLost(slot)
+      const reason = resendReason(err)
+      if (reason !== undefined) {
+        hold(batch, reason, err)
+        pause = pauseAfterFailure(slot)
         return
       }
-      await Promise.all(batch.map((p) => storeAlone(p.item, slot).then(p.resolve, p.reject)))
+      if (isUnavailable(err) || batch.length === 1) {
+        for (const p of batch) fail(p, err)
+        return
+      }
+      await Promise.all(
+        batch.map((p) =>
+          storeAlone(p.item, slot).then(
+            (outcome) => answer(p, outcome),
+            (e: unknown) => fail(p, e),
+          ),
+        ),
+      )
     } finally {
       stopWatching()
+      // The slot takes nothing more for a moment: its connection is being opened again, or the
+      // server is still away; the items held may go out on another slot meanwhile.
+      if (pause > 0) await sleep(pause)
     }
   }
 
@@ -239,7 +400,7 @@ export function createBatcher<I, O>(
   function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
     if (queue.length >= limits.maxQueued) return Promise.reject(queueFull(limits.maxQueued))
     return new Promise<O>((resolve, reject) => {
-      queue.push({ item, expiresAt, resolve, reject })
+      enqueue({ item, expiresAt, resolve, reject, done: false })
       schedule()
       watchQueue()
     }).catch(translateUnavailable)

@@ -4,6 +4,7 @@ import { leaveReadOnlyServer } from '../db/sql.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { queueFull } from './batcher.ts'
+import { type GapMetrics, gapHooks } from './gaps.ts'
 import {
   type BatchLimits,
   createPlantRepository,
@@ -16,6 +17,8 @@ type StoreOptions = {
   readonly transactionPooler: boolean
   readonly connectionClosed: () => void
   readonly statementRan: NonNullable<StoreHooks['statementRan']>
+  /** Hears of creates held through a gap in the database, and sent again. */
+  readonly gapMetrics: GapMetrics
 }
 
 /**
@@ -41,7 +44,7 @@ export function openPlantStore(
 function openRepository(
   url: string,
   log: Log,
-  { batchLimits, transactionPooler, connectionClosed, statementRan }: StoreOptions,
+  { batchLimits, transactionPooler, connectionClosed, statementRan, gapMetrics }: StoreOptions,
   writePath: StoreHooks['writePath'],
   node?: string,
 ): { store: PlantStore; close: () => Promise<void> } {
@@ -52,6 +55,7 @@ function openRepository(
   const store = createPlantRepository(slots, batchLimits, {
     ...(writePath && { writePath }),
     statementRan,
+    ...gapHooks(log, gapMetrics, node === undefined ? undefined : `the Citus worker at ${node}`),
     readOnly: leaveReadOnlyServer(log),
     cutLoose: (slot, ms, sockets) =>
       log.warn(

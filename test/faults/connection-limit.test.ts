@@ -5,6 +5,7 @@ import { createToken } from '../../src/auth/token-repository.ts'
 import { parseConfig } from '../../src/config.ts'
 import { startEmbedded } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
+import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
 import { quietLog } from '../helpers/database.ts'
@@ -13,7 +14,7 @@ import { tempDir } from '../helpers/temp-dir.ts'
 import { within } from '../helpers/wait.ts'
 
 describe('more instances than the server has connections for', () => {
-  test('instances that cannot get a connection answer 503, stay up, and recover when connections free up', async () => {
+  test('instances that cannot get every connection they want hold creates for a connection until the deadline (503 only then, never 500), stay up, and recover when connections free up', async () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-connection-limit-')
     // Seven connections: this test's own, and three for each instance once it serves (the
     // pool's first, the LISTEN, and one statement slot). A second slot needs an eighth.
@@ -45,14 +46,27 @@ describe('more instances than the server has connections for', () => {
     const statuses = new Map<number, number>()
     for (const d of drives)
       for (const [status, n] of d.statuses) statuses.set(status, (statuses.get(status) ?? 0) + n)
+    // A create whose statement slot could not connect is held and sent again: it goes out on a
+    // slot that has a connection, or is answered 503 at its deadline when its instance has none.
     assert.deepEqual(
-      [...statuses.keys()].sort(),
-      [200, 503],
+      [...statuses.keys()].filter((status) => status !== 200 && status !== 503),
+      [],
       `statuses: ${JSON.stringify([...statuses])}`,
     )
+    assert.ok((statuses.get(200) ?? 0) > 0, 'no create was stored')
+    for (const d of drives)
+      for (const a of d.answers)
+        if (a.status === 503)
+          assert.ok(
+            a.answeredAt - a.sentAt >= limits.database.request - 1000,
+            `a 503 after ${Math.round(a.answeredAt - a.sentAt)} ms, before the deadline`,
+          )
     assert.ok(
       lines.some(
-        (l) => l.message === 'database unavailable' && l.reason === 'database error 53300',
+        (l) =>
+          String(l.message).startsWith('the database is unavailable') &&
+          l.reason === 'too_many_connections' &&
+          l.code === '53300',
       ),
       'the server refused a connection: too many clients',
     )

@@ -3,13 +3,15 @@ import { spawnSync } from 'node:child_process'
 import { readdirSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
+import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { openSocket } from '../helpers/raw-http.ts'
 import { within } from '../helpers/wait.ts'
 
-// README, Limits: out of file handles (EMFILE) opening a database connection is 503 / 50301 with
-// Retry-After: 1, never 500, and the service recovers once handles are free again.
+// README, Limits: out of file handles (EMFILE) opening a database connection holds a create and
+// sends it again until its deadline, then 503 / 50301 with Retry-After: 1, never 500; the
+// service recovers once handles are free again.
 
 type Answer = { status: number; retryAfter: string | undefined; body: string }
 
@@ -44,7 +46,7 @@ function create(socket: Socket, token: string, id: number): Promise<Answer> {
 }
 
 describe('out of file handles', () => {
-  test('a service out of file handles when it must reconnect answers 503 with Retry-After: 1, never 500, and 200 again once handles are free', async () => {
+  test('a service out of file handles when it must reconnect answers 503 with Retry-After: 1 at the deadline, never 500, and 200 again once handles are free', async () => {
     const db = await createTestDatabase({ after })
     const service = await startServiceProcess(
       'node',
@@ -58,9 +60,18 @@ describe('out of file handles', () => {
     after(() => client.destroy())
     assert.equal((await create(client, token, 1)).status, 200)
 
-    // The process may open 8 more files; connections of our own take them.
-    const handles = () => readdirSync(`/proc/${pid}/fd`).length
-    const limit = handles() + 8
+    // The process may open 8 more files; connections of our own take them. A file it opens gets
+    // the lowest free number, and fails (EMFILE) only when every number below the limit is taken:
+    // with a file open above the limit (the process has one), a count of open files at the
+    // limit can leave a number below it free.
+    const handles = () => readdirSync(`/proc/${pid}/fd`).map(Number)
+    const limit = handles().length + 8
+    const free = () => {
+      const open = new Set(handles())
+      let n = 0
+      for (let fd = 0; fd < limit; fd++) if (!open.has(fd)) n++
+      return n
+    }
     const set = spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${limit}:${limit}`])
     assert.equal(set.status, 0, set.stderr?.toString())
     const flood: Socket[] = []
@@ -68,7 +79,7 @@ describe('out of file handles', () => {
       for (const s of flood) s.destroy()
     })
     for (let i = 0; i < 40; i++) flood.push(await openSocket(service.base))
-    await within(5000, async () => handles() >= limit)
+    await within(5000, async () => free() === 0)
 
     // The database ends the service's sessions, which frees their handles; connections of our
     // own take those too, so every connection the service opens again meets EMFILE. A session's
@@ -86,21 +97,47 @@ describe('out of file handles', () => {
       return left?.n === 0
     })
     await within(10_000, async () => {
-      for (let i = 0; i < 40 && handles() < limit; i++) flood.push(await openSocket(service.base))
+      for (let i = 0; i < 40 && free() > 0; i++) flood.push(await openSocket(service.base))
       for (let waited = 0; waited < 500; waited += 50) {
-        if (handles() < limit) return false
+        if (free() > 0) return false
         await new Promise((r) => setTimeout(r, 50))
       }
       return true
     })
+    // The creates are held for their whole deadline: a handle freed meanwhile (the service
+    // closes our idle connections in time) is taken again at once, so that none reaches them.
+    let cornering = true
+    const keepCornered = (async () => {
+      while (cornering) {
+        for (let i = 0; i < 40 && free() > 0; i++) {
+          const socket = await openSocket(service.base).catch(() => undefined)
+          if (socket) flood.push(socket)
+        }
+        await new Promise((r) => setTimeout(r, 20))
+      }
+    })()
     const answers: Answer[] = []
-    for (let id = 2; id < 8; id++) answers.push(await create(client, token, id))
+    const took: number[] = []
+    for (let id = 2; id < 4; id++) {
+      const started = performance.now()
+      answers.push(await create(client, token, id))
+      took.push(performance.now() - started)
+    }
+    cornering = false
+    await keepCornered
     assert.deepEqual(
       answers.filter((a) => a.status !== 503),
       [],
       'every create while out of handles is 503',
     )
     assert.ok(answers.every((a) => a.retryAfter === '1' && a.body.includes('50301')))
+    // Held, and sent again, until the deadline: no handle freed up for them.
+    assert.ok(
+      took.every(
+        (ms) => ms >= limits.database.request - 1000 && ms <= limits.database.request + 500,
+      ),
+      `answered after ${took.map(Math.round).join(', ')} ms`,
+    )
     assert.ok(
       service.lines.some((l) => /EMFILE/.test(JSON.stringify(l))),
       'the log names EMFILE',

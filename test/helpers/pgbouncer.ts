@@ -40,25 +40,45 @@ export async function startPgBouncer(directUrl: string, t: Cleanup, { poolSize =
   )
   // PgBouncer refuses to run as root; -u drops to the postgres user. It logs to standard error.
   const asRoot = process.getuid?.() === 0 ? ['-u', 'postgres'] : []
-  const child: ChildProcess = spawn(pgbouncerPath, [...asRoot, join(dir, 'pgbouncer.ini')], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  })
-  let output = ''
-  child.stderr?.on('data', (c: Buffer) => {
-    output += c.toString()
-  })
-  const exited = new Promise((r) => child.on('exit', r))
-  tmp.after(async () => {
-    child.kill('SIGINT')
-    await exited
-  })
-  await within(10_000, () => canConnect(port)).catch(() => {
-    throw new Error(`PgBouncer did not listen: ${output.slice(-1000)}`)
-  })
+  const start = async () => {
+    const child: ChildProcess = spawn(pgbouncerPath, [...asRoot, join(dir, 'pgbouncer.ini')], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    let output = ''
+    child.stderr?.on('data', (c: Buffer) => {
+      output += c.toString()
+    })
+    const exited = new Promise((r) => child.on('exit', r))
+    const stop = async (signal: NodeJS.Signals) => {
+      child.kill(signal)
+      await exited
+    }
+    tmp.after(() => stop('SIGINT'))
+    await within(10_000, () => canConnect(port)).catch(() => {
+      throw new Error(`PgBouncer did not listen: ${output.slice(-1000)}`)
+    })
+    return stop
+  }
+  let stop = await start()
   const pooled = new URL(directUrl)
   pooled.hostname = '127.0.0.1'
   pooled.port = String(port)
-  return { url: pooled.toString(), port, user }
+  return {
+    url: pooled.toString(),
+    port,
+    user,
+    /**
+     * PgBouncer restarted as its service unit does: an immediate shutdown (SIGTERM: every
+     * client and server connection closed), then a start on the same port; resolves with how
+     * long it took no connections, in ms.
+     */
+    async restart(): Promise<number> {
+      const stopping = performance.now()
+      await stop('SIGTERM')
+      stop = await start()
+      return performance.now() - stopping
+    },
+  }
 }
 
 /** Whether something accepts TCP connections on the port of 127.0.0.1. */

@@ -230,3 +230,49 @@ export async function startPrimaryAndStandby(
 
   return { primary, standby, primaryDir, standbyDir, caFile, cleanup: tmp }
 }
+
+/**
+ * One PostgreSQL `version` server of its own (the database `plants` on it), stopped and removed
+ * after `t`, which a test can restart as an operator does with `pg_ctl restart -m fast`: a fast
+ * shutdown (SIGINT: sessions ended, 57P01), then a start on the same folder and port.
+ */
+export async function startRestartableServer(t: Cleanup, { version = 18 as Version } = {}) {
+  const { dir, ...tmp } = await tempDir(t, 'plant-store-restart-')
+  const user = await postgresUser()
+  if (user) await chown(dir, user.uid, user.gid)
+  const dataDir = join(dir, 'data')
+  await run(
+    binariesOf(version).initdb,
+    ['-D', dataDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync'],
+    { ...user },
+  )
+  await appendFile(
+    join(dataDir, 'postgresql.conf'),
+    "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\nfsync = off\n",
+  )
+  const port = await freePort()
+  let server = await startServer(dataDir, port, tmp, version)
+  const admin = postgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
+    max: 1,
+    onnotice: () => {},
+  })
+  await admin`create database plants`
+  await admin.end()
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/plants`,
+    port,
+    cleanup: tmp,
+    /**
+     * A fast restart, the server staying down `downMs` (as one with work to recover does);
+     * resolves with how long it took no connections, in ms.
+     */
+    async restartFast({ downMs = 0 } = {}): Promise<number> {
+      const stopping = performance.now()
+      server.child.kill('SIGINT')
+      await server.exited
+      await new Promise((r) => setTimeout(r, downMs))
+      server = await startServer(dataDir, port, tmp, version)
+      return performance.now() - stopping
+    },
+  }
+}

@@ -1,4 +1,5 @@
 import { connect, createServer, type Server, type Socket } from 'node:net'
+import { Transform } from 'node:stream'
 
 /** A TCP proxy in front of PostgreSQL that a test can cut and restore: a real outage. */
 export type TcpProxy = {
@@ -19,6 +20,12 @@ export type TcpProxy = {
    * a database that stops answering (a network that drops packets). `cut` ends it.
    */
   readonly freeze: () => void
+  /**
+   * The next query sent on any connection reaches the server, which runs it to its end (and
+   * commits it); its answer is dropped and that connection cut: the client cannot tell whether
+   * it committed. Resolves once it has cut.
+   */
+  readonly loseNextAnswer: () => Promise<void>
   /** Sends new connections to the host and port of `databaseUrl`, as a changed DNS name would. */
   readonly retarget: (databaseUrl: string) => void
   readonly close: () => Promise<void>
@@ -54,6 +61,24 @@ function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
   }
 }
 
+/**
+ * Whether the backend stream fed to the returned function has reached a ReadyForQuery ('Z')
+ * message: the end of a query's answer. The stream starts at a message boundary.
+ */
+function watchForReady(): (chunk: Buffer) => boolean {
+  let pending = Buffer.alloc(0)
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk])
+    for (;;) {
+      if (pending.length < 5) return false
+      if (pending[0] === 0x5a) return true
+      const length = pending.readInt32BE(1) + 1
+      if (pending.length < length) return false
+      pending = pending.subarray(length)
+    }
+  }
+}
+
 /** Starts a proxy on 127.0.0.1 to the host and port of `databaseUrl`. */
 export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   let target = new URL(databaseUrl)
@@ -62,6 +87,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   let port = 0
   let cutAtQuery: (() => void) | undefined
   let frozen = false
+  let loseAnswer: (() => void) | undefined
 
   async function listen(): Promise<void> {
     server = createServer((client) => {
@@ -79,9 +105,33 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       cutAtQuery = undefined
       // Registered before the pipe: the chunk with the query meets a destroyed upstream.
       if (onQuery) client.on('data', watchForFirstQuery(onQuery))
+      // With `loseNextAnswer` armed: the first query seen (a chunk starting with Parse, Bind of
+      // a prepared statement, or Query, the connection being idle) has its answer dropped, and
+      // both ends cut.
+      let answerOfQuery: ((chunk: Buffer) => boolean) | undefined
+      client.on('data', (chunk: Buffer) => {
+        if (
+          loseAnswer !== undefined &&
+          answerOfQuery === undefined &&
+          (chunk[0] === 0x50 || chunk[0] === 0x42 || chunk[0] === 0x51)
+        )
+          answerOfQuery = watchForReady()
+      })
+      const answers = new Transform({
+        transform(chunk: Buffer, _encoding, done) {
+          if (answerOfQuery !== undefined && loseAnswer !== undefined && answerOfQuery(chunk)) {
+            const lost = loseAnswer
+            loseAnswer = undefined
+            destroyBoth()
+            lost()
+            return done()
+          }
+          done(null, chunk)
+        },
+      })
       if (frozen) return
       client.pipe(upstream)
-      upstream.pipe(client)
+      upstream.pipe(answers).pipe(client)
     })
     await new Promise<void>((resolve) => server?.listen(port, '127.0.0.1', resolve))
     const address = server.address()
@@ -119,6 +169,10 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
     cutAtFirstQuery: () =>
       new Promise<void>((resolve) => {
         cutAtQuery = () => void cut().then(resolve)
+      }),
+    loseNextAnswer: () =>
+      new Promise<void>((resolve) => {
+        loseAnswer = resolve
       }),
     retarget: (url) => {
       target = new URL(url)
