@@ -202,4 +202,33 @@ describe('createBatcher', () => {
     assert.deepEqual(await Promise.all(all), [10, 20, 30])
     assert.deepEqual(sent, [[1, 2, 3], [2]])
   })
+
+  test('held items go back ahead of those waiting, and the latest waiting past maxQueued are refused (queue_full), never sent', async () => {
+    const sent: number[][] = []
+    let fail = true
+    let release: () => void = () => {}
+    const store = async (items: readonly number[]) => {
+      sent.push([...items])
+      if (fail) {
+        await new Promise<void>((r) => {
+          release = r
+        })
+        fail = false
+        throw Object.assign(new Error('terminated'), { code: '57P01' })
+      }
+      return items.map((i) => i * 10)
+    }
+    const b = createBatcher(store, { maxBatch: 2, maxInFlight: 1, maxQueued: 3 })
+    const deadline = performance.now() + 5000
+    const submit = (i: number) =>
+      b.submit(i, deadline).catch((err: DatabaseUnavailable) => err.reason)
+    const outcomes = [submit(1), submit(2)]
+    await tick()
+    outcomes.push(...[3, 4, 5].map(submit))
+    assert.deepEqual(sent, [[1, 2]])
+    assert.equal(b.load().queued, 3)
+    release()
+    assert.deepEqual(await Promise.all(outcomes), [10, 20, 30, 'queue_full', 'queue_full'])
+    assert.deepEqual(sent, [[1, 2], [1, 2], [3]])
+  })
 })

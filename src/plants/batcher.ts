@@ -205,6 +205,9 @@ export function createBatcher<I, O>(
     for (let p = again[i]; p !== undefined; p = again[++i]) merged.push(p)
     queue.length = 0
     for (const p of merged) queue.push(p)
+    // The held go ahead of the rest; the latest of those, past the limit, are refused as a full
+    // queue refuses (never sent), so that no more than `maxQueued` ever wait.
+    for (const p of queue.splice(limits.maxQueued)) fail(p, queueFull(limits.maxQueued))
     clearTimeout(queueTimer)
     queueTimer = undefined
     watchQueue()

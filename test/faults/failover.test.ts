@@ -211,11 +211,12 @@ describe('a primary with a synchronous standby (real PostgreSQL servers)', () =>
     // The name now points at the standby, and the service's sessions on the primary end.
     name.retarget(`postgres://postgres@127.0.0.1:${standby.port}/plants`)
     await primarySql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'plant-store'`
-    // The 503's own line says what the create was last sent again for.
-    const metReadOnly = () =>
-      lines.some((l) => l.message === 'request' && /read only/.test(String(l.reason)))
+    const metReadOnly = async () =>
+      /^plant_store_creates_resent_total\{reason="read_only"\} [1-9]/m.test(
+        await (await fetch(`${service.url}/metrics`)).text(),
+      )
     // Each create is held and sent again until its 6 s deadline.
-    await within(15_000, async () => (await post()).status === 503 && metReadOnly())
+    await within(15_000, async () => (await post()).status === 503 && (await metReadOnly()))
 
     // The name points at the primary again: the service leaves the read-only server by itself.
     name.retarget(primaryUrl)
