@@ -77,7 +77,7 @@ export function createApp({
         tokens,
         tokenUsed,
         store,
-        databaseDeadlineMs: limits.database.request,
+        databaseDeadlineMs: limits.database.request - limits.database.answerMargin,
         createAnswered: metrics.createAnswered,
         authFailures:
           settings.authFailureLimit === undefined
@@ -91,7 +91,12 @@ export function createApp({
     {
       method: 'GET',
       path: '/readyz',
-      handler: createReadyz(store, log, limits.database.readiness, !citusWorker),
+      handler: createReadyz(
+        store,
+        log,
+        limits.database.readiness - limits.database.answerMargin,
+        !citusWorker,
+      ),
     },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
     ...createDocsRoutes(),

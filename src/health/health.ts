@@ -46,7 +46,7 @@ export function createReadyz(
   const expected = migrationNames()
   let ready: boolean | undefined
 
-  async function check(): Promise<Verdict> {
+  async function check(receivedAt: number): Promise<Verdict> {
     try {
       // txid_current() gives the probe a transaction id, so its commit is a real one: it fails
       // on a read-only server (25006) and waits for a synchronous standby, as a create does.
@@ -60,7 +60,7 @@ export function createReadyz(
                   txid_current() as xid`
             : sql<{ current: boolean }[]>`
                 select to_regclass('plants') is not null as current, txid_current() as xid`,
-        performance.now() + deadlineMs,
+        receivedAt + deadlineMs,
       )
       if (row?.current !== true)
         return {
@@ -74,8 +74,8 @@ export function createReadyz(
     }
   }
 
-  return async () => {
-    const verdict = await check()
+  return async (_req, ctx) => {
+    const verdict = await check(ctx.receivedAt)
     if (verdict.ready !== ready) {
       ready = verdict.ready
       if (verdict.ready) log.info('readiness: ready')

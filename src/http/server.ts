@@ -216,6 +216,7 @@ async function handle(
   }
   const given = req.headers['x-request-id']
   const ctx: RequestContext = {
+    receivedAt: started,
     requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
     tokenName: undefined,
     sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),

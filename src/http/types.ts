@@ -28,6 +28,8 @@ export type Outcome = Reply | Content | Failure
 /** Per-request facts that end up in the request's log line. */
 export type RequestContext = {
   readonly requestId: string
+  /** `performance.now()` when the request's handling began: its deadlines count from here. */
+  readonly receivedAt: number
   tokenName: string | undefined
   /**
    * For a request sent with `Expect: 100-continue`: sends `100 Continue`. The body reader calls

@@ -15,7 +15,10 @@ import { type NewPlant, validateNewPlant } from './schema.ts'
 export type CreatePlantDeps = {
   readonly tokens: TokenCache
   readonly store: PlantStore
-  /** How long a request waits for the database before it is answered 503. */
+  /**
+   * How long after its arrival a request waits for the database (the store holding its create
+   * through a gap) before it is answered 503.
+   */
   readonly databaseDeadlineMs: number
   /** Hears how each create with valid credentials ended (for the metrics). */
   readonly createAnswered?: (outcome: CreateOutcomeLabel) => void
@@ -92,7 +95,13 @@ export function createPlantHandler({
       }
     }
 
-    const ended = await readAndStore(req, ctx.sendContinue, store, tokenName, databaseDeadlineMs)
+    const ended = await readAndStore(
+      req,
+      ctx.sendContinue,
+      store,
+      tokenName,
+      ctx.receivedAt + databaseDeadlineMs,
+    )
     createAnswered(outcomeLabel(ended))
     if (ended instanceof DatabaseUnavailable) throw ended
     return isFailure(ended) ? ended : reply(ended.plant)
@@ -108,12 +117,12 @@ async function readAndStore(
   sendContinue: RequestContext['sendContinue'],
   store: PlantStore,
   tokenName: string,
-  deadlineMs: number,
+  expiresAt: number,
 ): Promise<CreateOutcome | Failure | DatabaseUnavailable> {
   const plant = await readNewPlant(req, sendContinue)
   if (isFailure(plant)) return plant
   return store
-    .create(plant, tokenName, performance.now() + deadlineMs)
+    .create(plant, tokenName, expiresAt)
     .catch((err: unknown) => (err instanceof DatabaseUnavailable ? err : Promise.reject(err)))
 }
 
