@@ -34,6 +34,8 @@ export type AppDeps = {
   readonly metricsRoute: boolean
   /** The database is a Citus worker: its migrations table is the coordinator's. */
   readonly citusWorker?: boolean
+  /** Why the instance is leaving (SIGTERM), once it is: `/readyz` 503, `Connection: close`. */
+  readonly leaving?: () => string | undefined
 }
 
 /** `GET /metrics`, when metrics are on. */
@@ -66,6 +68,7 @@ export function createApp({
   settings,
   metricsRoute,
   citusWorker = false,
+  leaving = () => undefined,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({ queue: store.load, tokens: tokens.state })
@@ -96,6 +99,7 @@ export function createApp({
         log,
         limits.database.readiness - limits.database.answerMargin,
         !citusWorker,
+        leaving,
       ),
     },
     { method: 'GET', path: '/openapi.json', handler: () => reply(openapi) },
@@ -109,12 +113,18 @@ export function createApp({
     traceContext: settings.traceContext,
     maxConnections: settings.maxConnections,
     trustedProxies: settings.trustedProxies,
+    leaving: () => leaving() !== undefined,
   })
 }
 
 /** The HTTP side of a running service. */
 export type ServingHttp = {
   readonly url: string
+  /**
+   * Says the instance is leaving (`reason`): `/readyz` answers 503 with it and every answer
+   * closes its connection, while the port goes on serving and no idle connection is closed.
+   */
+  readonly leave: (reason: string) => void
   /** Drains the service's port (at most `graceMs`), then the metrics port. */
   readonly close: (graceMs: number) => Promise<void>
 }
@@ -130,7 +140,13 @@ export async function serveHttp(
 ): Promise<ServingHttp> {
   const { log, metrics } = deps
   const ownMetricsPort = config.metrics && config.metricsPort !== undefined
-  const server = createApp({ ...deps, settings: config, metricsRoute: !ownMetricsPort })
+  let leaving: string | undefined
+  const server = createApp({
+    ...deps,
+    settings: config,
+    metricsRoute: !ownMetricsPort,
+    leaving: () => leaving,
+  })
   const { url, port } = await listen(server, config.port, config.host)
   const metricsServer = ownMetricsPort ? createMetricsServer(metrics, log, config) : undefined
   if (metricsServer) {
@@ -148,6 +164,9 @@ export async function serveHttp(
   else log.info(`listening on ${url}`, { host: config.host, port })
   return {
     url,
+    leave(reason) {
+      leaving ??= reason
+    },
     async close(graceMs) {
       await drain(server, graceMs, log)
       if (metricsServer) await drain(metricsServer, 0, log)

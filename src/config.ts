@@ -94,6 +94,14 @@ const hostOrAddress = v.pipe(
   v.check(isHostOrAddress, 'must be a host name or an IP address'),
 )
 
+/** Seconds, whole or with up to three decimals, from 0 to 60, as milliseconds. */
+const seconds = v.pipe(
+  v.string(),
+  v.regex(/^\d{1,2}(?:\.\d{1,3})?$/, 'must be a number of seconds from 0 to 60'),
+  v.transform((s) => Math.round(Number(s) * 1000)),
+  v.maxValue(60_000, 'must be a number of seconds from 0 to 60'),
+)
+
 // An own port for GET /metrics: 0 is not allowed (the log could not say where it went).
 const ownPort = v.pipe(
   v.string(),
@@ -203,6 +211,13 @@ export const variables = {
     default: undefined,
     unset: `the peer's address is the client`,
     meaning: `IP addresses of proxies whose \`X-Forwarded-For\` names the client, comma-separated: the nearest address in it that is not a trusted proxy is then the client, in the log and for \`AUTH_FAILURE_LIMIT\`; from anyone else the field is ignored`,
+  },
+  DRAIN_DELAY: {
+    key: 'drainDelay',
+    schema: seconds,
+    default: String(limits.drainDelay / 1000),
+    why: `a balancer that checks \`/readyz\` every second or two has stopped sending by then, and the whole stop still fits ${limits.drain / 1000} s`,
+    meaning: `seconds an instance goes on serving after \`SIGTERM\`, its \`/readyz\` 503 and every answer \`Connection: close\`, before it stops accepting and finishes the requests in flight (in what is left of ${limits.drain / 1000} s, at least ${limits.drainInFlight / 1000} s); 0 to 60 ([rolling deploys](docs/operations.md#a-rolling-deploy)). \`SIGINT\` stops at once`,
   },
   MAX_CONNECTIONS: {
     key: 'maxConnections',

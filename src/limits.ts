@@ -88,8 +88,21 @@ export const limits = {
   },
   /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
   retryAfterSeconds: 1,
-  /** Requests in flight at SIGTERM may finish for this long, in milliseconds. */
+  /**
+   * A stop on SIGTERM takes at most this long, in milliseconds, as `docker stop` allows: the
+   * drain delay (DRAIN_DELAY), then the requests in flight finish, for what is left of it but
+   * never less than `drainInFlight`.
+   */
   drain: 10_000,
+  /**
+   * After SIGTERM an instance goes on serving this long by default (DRAIN_DELAY), its `/readyz`
+   * 503, every answer `Connection: close`: a balancer that checks `/readyz` every second or two
+   * has marked it down by then (HAProxy's `inter 1s fall 2`: at most 2 s) and stopped sending,
+   * and the 7 s left of `drain` still cover a create's 6 s deadline.
+   */
+  drainDelay: 3_000,
+  /** Requests in flight after the drain delay may always finish for this long: a deadline. */
+  drainInFlight: 6_500,
 } as const
 
 /** A number as the documents write it: 10000 as 10,000. */

@@ -69,9 +69,11 @@ export async function runPrimary(
   const signal = await stopped
   state.stopping = true
   log.info(
-    `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
+    signal === 'SIGTERM'
+      ? `${signal} received; every worker serves ${config.drainDelay / 1000} s more with /readyz 503 (DRAIN_DELAY), then finishes its requests in flight`
+      : `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
   )
-  const clean = await stopWorkers(log)
+  const clean = await stopWorkers(log, signal === 'SIGINT' ? 'SIGINT' : 'SIGTERM')
   await db.stop()
   log.info('stopped')
   return clean ? 0 : 1
@@ -177,7 +179,7 @@ function replaceDeadWorkers(
 }
 
 /** Sends SIGTERM to every worker and waits for all of them; whether all exited with 0. */
-async function stopWorkers(log: Log): Promise<boolean> {
+async function stopWorkers(log: Log, signal: 'SIGINT' | 'SIGTERM' = 'SIGTERM'): Promise<boolean> {
   const workers = Object.values(cluster.workers ?? {}).filter((w) => w !== undefined)
   const exits = workers.map(
     (worker) =>
@@ -188,7 +190,7 @@ async function stopWorkers(log: Log): Promise<boolean> {
             log.warn(`worker ${worker.id} exited with ${signal ?? `code ${code}`} while stopping`)
           resolve(code === 0)
         })
-        worker.process.kill('SIGTERM')
+        worker.process.kill(signal)
       }),
   )
   return (await Promise.all(exits)).every(Boolean)

@@ -16,6 +16,11 @@ import { openPlantStore } from './plants/store.ts'
 export type Service = {
   /** Base URL the service listens on. */
   readonly url: string
+  /**
+   * Says the instance is leaving (`reason`): `/readyz` 503 with it, every answer `Connection:
+   * close`, and nothing else changes until `close`.
+   */
+  readonly leave: (reason: string) => void
   /** Stops accepting, finishes requests in flight (at most `graceMs`), releases everything. */
   readonly close: (graceMs?: number) => Promise<void>
   /** The token cache, which tests may reload instead of waiting for its notification. */
@@ -136,6 +141,7 @@ export async function startService(
       url: http.url,
       tokens: tokens.cache,
       store: plants.store,
+      leave: http.leave,
       close(graceMs = limits.drain) {
         closing ??= (async () => {
           await http.close(graceMs)

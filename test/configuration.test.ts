@@ -6,7 +6,7 @@ import { describeDatabase, hostUrls } from '../src/db/database-url.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {
-  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on, one process', () => {
+  test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on, one process, a 3-s drain delay', () => {
     assert.deepEqual(
       { ...parseConfig({}) },
       {
@@ -26,6 +26,7 @@ describe('configuration', () => {
         rateLimit: undefined,
         trustedProxies: new Set(),
         migrate: true,
+        drainDelay: 3000,
       },
     )
   })
@@ -75,6 +76,7 @@ describe('configuration', () => {
       RATE_LIMIT: '50',
       TRUSTED_PROXIES: '10.0.0.1, ::1',
       MIGRATE: 'off',
+      DRAIN_DELAY: '1.5',
     })
     assert.deepEqual(
       { ...config },
@@ -95,6 +97,7 @@ describe('configuration', () => {
         rateLimit: 50,
         trustedProxies: new Set(['10.0.0.1', '::1']),
         migrate: false,
+        drainDelay: 1500,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -130,6 +133,10 @@ describe('configuration', () => {
     ['RATE_LIMIT', '0'],
     ['TRUSTED_PROXIES', 'proxy.local'],
     ['MIGRATE', 'maybe'],
+    ['DRAIN_DELAY', '61'],
+    ['DRAIN_DELAY', '-1'],
+    ['DRAIN_DELAY', '2s'],
+    ['DRAIN_DELAY', '0.0001'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

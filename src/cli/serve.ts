@@ -2,7 +2,7 @@ import cluster from 'node:cluster'
 import process from 'node:process'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
-import { coalescedWriter, createLog, describeError } from '../log.ts'
+import { coalescedWriter, createLog, describeError, type Log } from '../log.ts'
 import { runPrimary } from '../primary.ts'
 import { startService } from '../service.ts'
 
@@ -44,6 +44,7 @@ export async function serve(
   )
   let stopping: ((signal: string) => void) | undefined
   let signalled: string | undefined
+  let signals = 0
   const stopped = new Promise<string>((resolve) => {
     stopping = resolve
   })
@@ -51,6 +52,7 @@ export async function serve(
   for (const signal of ['SIGINT', 'SIGTERM'] as const)
     process.on(signal, () => {
       signalled ??= signal
+      signals++
       stopping?.(signal)
     })
   if (role === 'primary') return runPrimary(config, log, stopped, () => signalled, dataDir)
@@ -78,8 +80,44 @@ export async function serve(
     return 1
   }
   const signal = await stopped
-  log.info(`${signal} received; finishing requests in flight (at most ${limits.drain / 1000} s)`)
-  await service.close(limits.drain)
+  await leave(service, signal, config.drainDelay, log, () => signals > 1)
+  const inFlight = inFlightGrace(signal === 'SIGTERM' ? config.drainDelay : 0)
+  log.info(`finishing requests in flight (at most ${inFlight / 1000} s)`)
+  await service.close(inFlight)
   log.info('stopped')
   return 0
+}
+
+/**
+ * How long requests in flight may finish after a drain delay of `delayMs`: what is left of the
+ * whole stop (`limits.drain`), but never less than a request's own deadline needs.
+ */
+export function inFlightGrace(delayMs: number): number {
+  return Math.max(limits.drain - delayMs, limits.drainInFlight)
+}
+
+/**
+ * The drain delay of a rolling deploy: on SIGTERM the instance says at once that it is leaving
+ * (`/readyz` 503) and goes on serving for `delayMs`, every answer closing its connection, so
+ * that a balancer marks it down and moves on before its port closes. SIGINT (a terminal's
+ * Ctrl-C) skips it; so does a second signal (`interrupted`) during it.
+ */
+async function leave(
+  service: { leave: (reason: string) => void },
+  signal: string,
+  delayMs: number,
+  log: Log,
+  interrupted: () => boolean,
+): Promise<void> {
+  if (signal !== 'SIGTERM' || delayMs === 0) {
+    log.info(`${signal} received; stopping`)
+    return
+  }
+  service.leave(`the instance is shutting down (${signal})`)
+  log.info(
+    `${signal} received; /readyz says 503 and every answer closes its connection for ${delayMs / 1000} s (DRAIN_DELAY), then the port closes`,
+  )
+  const started = performance.now()
+  while (performance.now() - started < delayMs && !interrupted())
+    await new Promise((r) => setTimeout(r, Math.min(100, delayMs)))
 }

@@ -42,6 +42,8 @@ export function createReadyz(
   // On a Citus worker the migrations table is the coordinator's: the probe asks only that
   // plants is there, so that a stopped coordinator leaves the worker's instances ready.
   migrationsHere = true,
+  /** Why the instance is leaving (SIGTERM), once it is: then never ready, without a probe. */
+  leaving: () => string | undefined = () => undefined,
 ): Handler {
   const expected = migrationNames()
   let ready: boolean | undefined
@@ -75,7 +77,9 @@ export function createReadyz(
   }
 
   return async (_req, ctx) => {
-    const verdict = await check(ctx.receivedAt)
+    const gone = leaving()
+    const verdict: Verdict =
+      gone === undefined ? await check(ctx.receivedAt) : { ready: false, reason: gone }
     if (verdict.ready !== ready) {
       ready = verdict.ready
       if (verdict.ready) log.info('readiness: ready')

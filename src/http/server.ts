@@ -33,6 +33,8 @@ export type HttpOptions = {
   readonly maxConnections?: number | undefined
   /** Proxies whose `X-Forwarded-For` names the client (TRUSTED_PROXIES). */
   readonly trustedProxies?: ReadonlySet<string>
+  /** The instance is leaving (SIGTERM): every answer closes its connection. */
+  readonly leaving?: () => boolean
 }
 
 /**
@@ -73,8 +75,9 @@ export function createHttpServer({
   traceContext = true,
   maxConnections,
   trustedProxies = new Set(),
+  leaving = () => false,
 }: HttpOptions): Server {
-  const requests: RequestHandling = { route, log, metrics, traceContext, trustedProxies }
+  const requests: RequestHandling = { route, log, metrics, traceContext, trustedProxies, leaving }
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
     // The next request of the connection runs once this answer is handed to the system (or
@@ -181,7 +184,7 @@ export function createHttpServer({
 
 /** What handling a request needs from the server's options, its defaults applied. */
 type RequestHandling = Required<
-  Pick<HttpOptions, 'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies'>
+  Pick<HttpOptions, 'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies' | 'leaving'>
 >
 
 /**
@@ -192,7 +195,7 @@ async function handle(
   req: IncomingMessage,
   res: ServerResponse,
   conn: Connection,
-  { route, log, metrics, traceContext, trustedProxies }: RequestHandling,
+  { route, log, metrics, traceContext, trustedProxies, leaving }: RequestHandling,
 ): Promise<void> {
   const started = performance.now()
   // HTTP/1.1 requires Host (RFC 9112 §3.2); Node's own check is off (see createHttpServer).
@@ -263,8 +266,9 @@ async function handle(
   headers['x-request-id'] = ctx.requestId
   if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
-  // connection is closed after the response instead.
-  if (!req.complete || conn.closing) headers.connection = 'close'
+  // connection is closed after the response instead. An instance that is leaving closes each
+  // connection after its next answer: the client (a balancer) opens its next one elsewhere.
+  if (!req.complete || conn.closing || leaving()) headers.connection = 'close'
   res.writeHead(status, headers)
   res.end(body)
   if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)

@@ -290,7 +290,7 @@ function probePaths({ unavailable }: ErrorResponses) {
       'getReadiness',
       'operations',
       'Readiness',
-      `Answers 200 when creates can be stored: a probe through the creates' own statement slots and connections gets an answer within ${limits.database.readiness / 1000} s from a writable server whose schema is current (a transaction of its own, so it also waits for a synchronous standby as a create does). Otherwise 503 (50301), whose message says why. For load balancers; use /healthz for liveness.`,
+      `Answers 200 when creates can be stored: a probe through the creates' own statement slots and connections gets an answer within ${limits.database.readiness / 1000} s from a writable server whose schema is current (a transaction of its own, so it also waits for a synchronous standby as a create does). Otherwise 503 (50301), whose message says why; also from the moment the instance is told to stop (SIGTERM), while it goes on serving for its drain delay, so that a balancer moves on first. For load balancers; use /healthz for liveness.`,
       okResponse('Ready to serve', statusSchema('ready')),
       { '503': unavailable },
     ),
