@@ -14,7 +14,7 @@ import { limits } from '../src/limits.ts'
 import { DatabaseUnavailable } from '../src/outcome.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { runNpm } from './helpers/cli.ts'
-import { driveCreates } from './helpers/drive.ts'
+import { driveCreates, lostAcknowledgements } from './helpers/drive.ts'
 import { type Partition, partition, partitionUnavailable } from './helpers/partition.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { startTestServer } from './helpers/server.ts'
@@ -700,6 +700,51 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const s = await startServiceProcess('node', { DATABASE_URL: live.url }, { after })
     const token = await tokenFor(cluster.sql, s.base, 'citus-worker-faults')
     await oneWorkerAwayUnderLoad(t, s, token)
+  })
+
+  test('one worker restarted fast (pg_ctl restart -m fast, down 1.5 s) under load through an instance on the coordinator and one on the other worker: no create answered 503, none lost', async (t) => {
+    const live = cluster.workers[0]
+    const restarted = cluster.workers[1]
+    assert.ok(live && restarted)
+    const onCoordinator = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    const onWorker = await startServiceProcess('node', { DATABASE_URL: live.url }, { after })
+    const token = await tokenFor(cluster.sql, onCoordinator.base, 'citus-fast-restart')
+    await within(2000, async () => {
+      const res = await fetch(`${onWorker.base}/plants`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}` },
+      })
+      await res.arrayBuffer()
+      return res.status !== 401
+    })
+    // 8 keep-alive clients in all, half through each instance.
+    const drives = [onCoordinator, onWorker].map((s) =>
+      driveCreates(s.base, token, { concurrency: 4 }),
+    )
+    await new Promise((r) => setTimeout(r, 1500))
+    const stopping = performance.now()
+    await restarted.stopFast()
+    await new Promise((r) => setTimeout(r, 1500))
+    await restarted.start()
+    const downMs = performance.now() - stopping
+    await new Promise((r) => setTimeout(r, 1500))
+    for (const d of drives) await d.stop()
+    const [c, w] = drives.map((d) => ({
+      statuses: JSON.stringify(Object.fromEntries(d.statuses)),
+      slowest: Math.round(d.slowestMs),
+    }))
+    t.diagnostic(
+      `worker down ${Math.round(downMs)} ms; through the coordinator: ${c?.statuses}, slowest ${c?.slowest} ms; through the other worker: ${w?.statuses}, slowest ${w?.slowest} ms`,
+    )
+    for (const d of drives) {
+      assert.deepEqual([...d.statuses.keys()], [200], JSON.stringify([c, w]))
+      assert.ok(d.slowestMs <= limits.database.request + 500, JSON.stringify([c, w]))
+      assert.deepEqual(await lostAcknowledgements(cluster.sql, d.acknowledged), [])
+    }
   })
 
   test("one worker silent for 10 s (its packets dropped), the instance on the other worker under load: its creates 503 at their deadline, the live worker's go on, its statement slot is cut loose with the worker named; 200 within 5 s of the return", {

@@ -31,6 +31,8 @@ export type CitusNode = {
   readonly url: string
   /** PostgreSQL's immediate shutdown (SIGQUIT), as `pg_ctl stop -m immediate`. */
   stop(): Promise<void>
+  /** PostgreSQL's fast shutdown (SIGINT), as `pg_ctl stop -m fast`: sessions ended (57P01). */
+  stopFast(): Promise<void>
   /** The postmaster's process id while it runs (its CPU, with its backends', for the bench). */
   pid(): number | undefined
   start(): Promise<void>
@@ -102,6 +104,10 @@ async function postgres15(t: Cleanup, { fsync = false } = {}) {
       child?.kill('SIGQUIT')
       await exited
     }
+    const stopFast = async () => {
+      child?.kill('SIGINT')
+      await exited
+    }
     t.after(async () => {
       child?.kill('SIGINT')
       await exited
@@ -118,7 +124,7 @@ async function postgres15(t: Cleanup, { fsync = false } = {}) {
       await db`create extension citus`
       await db.end()
     }
-    return { port, url, stop, start, pid: () => child?.pid }
+    return { port, url, stop, stopFast, start, pid: () => child?.pid }
   }
   return node
 }
