@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { judge, type Op, seeded } from './helpers/history.ts'
+import { judge, type Op, seeded, unavailableByFault } from './helpers/history.ts'
 
 // The judge of the randomized fault run (test/faults/randomized.test.ts) finds each kind of
 // violation it is there for, and none in a clean history.
@@ -76,5 +76,29 @@ describe('the judge of a fault history', () => {
     const take = (seed: number) => Array.from({ length: 5 }, seeded(seed))
     assert.deepEqual(take(1), take(1))
     assert.notDeepEqual(take(1), take(2))
+  })
+
+  test('503s are counted by the fault they fell in; one in a fault shorter than the deadline, or in none, is a problem', () => {
+    const faults = [
+      { fault: 'a fast restart', from: 10_000, to: 11_500 },
+      { fault: 'a 10 s partition', from: 20_000, to: 30_000 },
+    ]
+    const unavailable = (sentAt: number, answeredAt: number) =>
+      op({ ending: 503, error: 50301, retryAfter: '1', sentAt, answeredAt })
+    const { tally, problems } = unavailableByFault(
+      [
+        op({}),
+        unavailable(25_000, 31_000),
+        unavailable(30_500, 36_500),
+        unavailable(10_500, 16_500),
+        unavailable(40_000, 46_000),
+      ],
+      faults,
+      { deadlineMs: 6000 },
+    )
+    assert.deepEqual(tally, { 'a fast restart': 1, 'a 10 s partition': 2 })
+    assert.equal(problems.length, 2)
+    assert.match(problems[0] ?? '', /"a fast restart", which lasted 1500 ms/)
+    assert.match(problems[1] ?? '', /in no fault/)
   })
 })

@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import {
+  type FaultSpan,
   type Heal,
   indeterminate,
   judge,
@@ -10,6 +11,7 @@ import {
   type Sent,
   seeded,
   sendCreate,
+  unavailableByFault,
 } from '../helpers/history.ts'
 import { partition, partitionUnavailable } from '../helpers/partition.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
@@ -156,7 +158,7 @@ if (noPartition !== undefined && process.env.CI === undefined)
 
 describe('a randomized fault run, judged from the whole history', () => {
   for (const seed of seeds)
-    test(`seed ${seed}: acknowledged = stored, one winner, 40009 only for a real conflict, no row from nowhere, every answer well-formed and within the deadline + 1.5 s, the first 200 within 5 s of every heal, every indeterminate create converging on retry`, async (t) => {
+    test(`seed ${seed}: acknowledged = stored, one winner, 40009 only for a real conflict, no row from nowhere, every answer well-formed and within the deadline + 1.5 s, no 503 in a fault shorter than the deadline, the first 200 within 5 s of every heal, every indeterminate create converging on retry`, async (t) => {
       const random = seeded(seed)
       const order = plan(random, noPartition === undefined || process.env.CI !== undefined)
       const { primary, standby, primaryDir, cleanup } = await startPrimaryAndStandby(t)
@@ -206,6 +208,7 @@ describe('a randomized fault run, judged from the whole history', () => {
       })
 
       const heals: Heal[] = []
+      const spans: FaultSpan[] = []
       const started = performance.now()
       const timeline: string[] = []
       try {
@@ -214,6 +217,7 @@ describe('a randomized fault run, judged from the whole history', () => {
           const from = performance.now()
           const at = await fault.run(stage)
           heals.push({ fault: fault.name, at })
+          spans.push({ fault: fault.name, from, to: at })
           timeline.push(
             `${fault.name}: ${Math.round(from - started)} to ${Math.round(at - started)} ms`,
           )
@@ -247,6 +251,9 @@ describe('a randomized fault run, judged from the whole history', () => {
         deadlineMs: limits.database.request + 1500,
         recoveryMs: 5000,
       })
+      // A fault shorter than the deadline is waited out: a 503 in it is a problem.
+      const byFault = unavailableByFault(history, spans, { deadlineMs: limits.database.request })
+      problems.push(...byFault.problems)
       const unresolved = retried.filter(indeterminate)
       for (const op of unresolved)
         problems.push(`an indeterminate create of ${op.plant.id} did not converge on retry`)
@@ -258,7 +265,7 @@ describe('a randomized fault run, judged from the whole history', () => {
         return first === undefined ? 'never' : `${Math.round(first.answeredAt - h.at)} ms`
       })
       process.stderr.write(
-        `# seed ${seed}: ${history.length} creates ${JSON.stringify(tally)}, ${unknown.length} indeterminate (${retried.filter((o) => o.ending === 200).length} stored on retry, ${retried.filter((o) => o.ending === 400).length} 40009), ${rows.length} rows; faults: ${order.map((f, i) => `${f.name} (first 200 ${firsts[i]} after)`).join('; ')}\n`,
+        `# seed ${seed}: ${history.length} creates ${JSON.stringify(tally)}, ${unknown.length} indeterminate (${retried.filter((o) => o.ending === 200).length} stored on retry, ${retried.filter((o) => o.ending === 400).length} 40009), ${rows.length} rows; faults: ${order.map((f, i) => `${f.name} (${Math.round(((spans[i]?.to ?? 0) - (spans[i]?.from ?? 0)) / 100) / 10} s, ${byFault.tally[f.name] ?? 0} × 503, first 200 ${firsts[i]} after)`).join('; ')}\n`,
       )
       assert.deepEqual(
         problems.slice(0, 20),

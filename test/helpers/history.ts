@@ -166,3 +166,34 @@ export function judge(
   }
   return problems
 }
+
+/** A fault as the run made it: its name, when it began, and when it ended (`performance.now()`). */
+export type FaultSpan = { readonly fault: string; readonly from: number; readonly to: number }
+
+/**
+ * The 503s of `history` by the fault they fell in (a 503 answered after the fault began, for a
+ * create sent before it had ended + `graceMs`), and the problems: a 503 in no fault, and a 503
+ * in a fault shorter than `deadlineMs`, which the service should have waited out.
+ */
+export function unavailableByFault(
+  history: readonly Op[],
+  faults: readonly FaultSpan[],
+  { deadlineMs, graceMs = 1000 }: { deadlineMs: number; graceMs?: number },
+): { tally: Record<string, number>; problems: string[] } {
+  const tally: Record<string, number> = Object.fromEntries(faults.map((f) => [f.fault, 0]))
+  const problems: string[] = []
+  for (const op of history) {
+    if (op.ending !== 503) continue
+    const span = faults.find((f) => op.answeredAt >= f.from && op.sentAt <= f.to + graceMs)
+    if (span === undefined) {
+      problems.push(`a 503 for ${op.plant.id} in no fault (sent at ${Math.round(op.sentAt)} ms)`)
+      continue
+    }
+    tally[span.fault] = (tally[span.fault] ?? 0) + 1
+    if (span.to - span.from < deadlineMs)
+      problems.push(
+        `a 503 for ${op.plant.id} in "${span.fault}", which lasted ${Math.round(span.to - span.from)} ms, less than the ${deadlineMs} ms deadline`,
+      )
+  }
+  return { tally, problems }
+}
