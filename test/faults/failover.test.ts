@@ -76,10 +76,8 @@ async function failover(
     [],
     `statuses: ${JSON.stringify(statuses)}`,
   )
-  assert.ok(
-    drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'),
-    'a 503 without Retry-After: 1',
-  )
+  // The primary is away for about 0.7 s, well within the deadline: every create is held.
+  assert.deepEqual(Object.keys(statuses), ['200'], `statuses: ${JSON.stringify(statuses)}`)
   assert.ok(drive.slowestMs < limits.database.request + 1500, summary)
   assert.deepEqual(await lostAcknowledgements(newPrimary, drive.acknowledged), [], 'lost')
   assert.ok(firstAfter !== undefined && firstAfter - promoted < 5000, summary)
@@ -175,7 +173,7 @@ describe('a primary with a synchronous standby (real PostgreSQL servers)', () =>
     for (const order of ['primary first', 'standby first'] as const)
       for (const promotion of ['pg_ctl promote', 'pg_promote()'] as const)
         test(
-          `failover on PostgreSQL ${version}, the ${order} in DATABASE_URL, promoted by ${promotion}, the service run as npm start runs it: kill -9 of the primary under load, nothing acknowledged lost, every answer 200 or 503 with Retry-After, the first 200 within 5 s of the promotion; the old primary back as a standby gets no write`,
+          `failover on PostgreSQL ${version}, the ${order} in DATABASE_URL, promoted by ${promotion}, the service run as npm start runs it: kill -9 of the primary under load, nothing acknowledged lost, every answer 200 (the gap, shorter than the deadline, held and waited out), the first 200 within 5 s of the promotion; the old primary back as a standby gets no write`,
           { skip: skipVersion(version) },
           (t) => failover(t, { version, order, promotion }),
         )
