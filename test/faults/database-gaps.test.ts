@@ -44,7 +44,8 @@ describe('gaps in the database shorter than the deadline', () => {
       await new Promise((r) => setTimeout(r, 400))
       const ended = await s.db.sql`
         select pg_terminate_backend(pid) from pg_stat_activity
-        where application_name = 'plant-store' and pid <> pg_backend_pid()`
+        where application_name = 'plant-store' and datname = current_database()
+          and pid <> pg_backend_pid()`
       assert.ok(ended.length > 0, 'no session of the service was found')
     }
     await new Promise((r) => setTimeout(r, 400))
