@@ -92,7 +92,7 @@ export async function serve(
  * How long requests in flight may finish after a drain delay of `delayMs`: what is left of the
  * whole stop (`limits.drain`), but never less than a request's own deadline needs.
  */
-export function inFlightGrace(delayMs: number): number {
+function inFlightGrace(delayMs: number): number {
   return Math.max(limits.drain - delayMs, limits.drainInFlight)
 }
 

@@ -79,22 +79,7 @@ export function isConnectionLost(err: unknown): boolean {
  * `undefined` for anything else, a statement timeout (57014) among them: that statement had its
  * database and its time. The labels are those of `plant_store_creates_resent_total`.
  */
-export type ResendReason =
-  | 'refused'
-  | 'connection_lost'
-  | 'terminated'
-  | 'not_accepting'
-  | 'read_only'
-  | 'too_many_connections'
-  | 'serialization'
-  | 'connect_timeout'
-  | 'no_answer'
-  | 'unreachable'
-  | 'out_of_file_handles'
-  | 'citus_worker_lost'
-
-/** Every `ResendReason`, for the metrics' series at zero. */
-export const resendReasons: readonly ResendReason[] = [
+export const resendReasons = [
   'refused',
   'connection_lost',
   'terminated',
@@ -107,7 +92,8 @@ export const resendReasons: readonly ResendReason[] = [
   'unreachable',
   'out_of_file_handles',
   'citus_worker_lost',
-]
+] as const
+export type ResendReason = (typeof resendReasons)[number]
 
 const resendByCode: Readonly<Record<string, ResendReason>> = {
   ECONNREFUSED: 'refused',

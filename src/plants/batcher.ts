@@ -147,7 +147,7 @@ export function createBatcher<I, O>(
     p.done = true
     if (p.heldAt !== undefined)
       heldEnded(
-        err instanceof DatabaseUnavailable || isUnavailable(err) ? 'unavailable' : 'answered',
+        isUnavailable(err) ? 'unavailable' : 'answered',
         (performance.now() - p.heldAt) / 1000,
       )
     p.reject(err)
@@ -165,10 +165,7 @@ export function createBatcher<I, O>(
     while (at > 0 && (queue[at - 1]?.expiresAt ?? 0) > p.expiresAt) at--
     queue.splice(at, 0, p)
     // A new head has an earlier deadline than the one watched.
-    if (at === 0 && queueTimer !== undefined) {
-      clearTimeout(queueTimer)
-      queueTimer = undefined
-    }
+    if (at === 0) rewatchQueue()
   }
 
   /**
@@ -208,9 +205,7 @@ export function createBatcher<I, O>(
     // The held go ahead of the rest; the latest of those, past the limit, are refused as a full
     // queue refuses (never sent), so that no more than `maxQueued` ever wait.
     for (const p of queue.splice(limits.maxQueued)) fail(p, queueFull(limits.maxQueued))
-    clearTimeout(queueTimer)
-    queueTimer = undefined
-    watchQueue()
+    rewatchQueue()
   }
 
   async function storeAlone(item: I, slot: number): Promise<O> {
@@ -235,6 +230,13 @@ export function createBatcher<I, O>(
       },
       Math.max(0, head.expiresAt - performance.now()),
     )
+  }
+
+  /** Watches the queue's head afresh: it changed to one with an earlier deadline. */
+  function rewatchQueue(): void {
+    clearTimeout(queueTimer)
+    queueTimer = undefined
+    watchQueue()
   }
 
   // The queue is in the order of deadlines, so the expired items lead it.
