@@ -3,13 +3,9 @@ import { request } from 'node:http'
 import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
-import { haproxyPath, haproxyPresent, startHaproxy } from '../helpers/haproxy.ts'
+import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
-
-// Outside CI a machine without HAProxy skips this test; in CI its absence is a failure
-// (.ci/run installs it).
-const skip = !haproxyPresent && !process.env.CI ? `no HAProxy at ${haproxyPath}` : false
 
 /**
  * One request on a connection of its own (its set-up counted, as a client that does not keep
@@ -33,7 +29,7 @@ function timed(
 
 describe('the promised times behind HAProxy', () => {
   test('a database that stops answering, behind HAProxy, each request on a new connection: creates answered 503 within 6 s and /readyz 503 within 2 s, as the client measures them', {
-    skip,
+    skip: haproxySkip,
   }, async () => {
     assert.ok(haproxyPresent, `CI needs ${haproxyPath} (apt-get install haproxy)`)
     const db = await createTestDatabase({ after })

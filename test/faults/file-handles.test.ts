@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { openSocket } from '../helpers/raw-http.ts'
+import { exchange, openSocket } from '../helpers/raw-http.ts'
 import { within } from '../helpers/wait.ts'
 
 // README, Limits: out of file handles (EMFILE) opening a database connection holds a create and
@@ -16,33 +16,13 @@ import { within } from '../helpers/wait.ts'
 type Answer = { status: number; retryAfter: string | undefined; body: string }
 
 /** A create on `socket`, kept alive: writes the request and reads one whole answer. */
-function create(socket: Socket, token: string, id: number): Promise<Answer> {
+async function create(socket: Socket, token: string, id: number): Promise<Answer> {
   const body = JSON.stringify({ id, name: 'handles' })
-  return new Promise((resolve, reject) => {
-    let got = Buffer.alloc(0)
-    const onData = (chunk: Buffer) => {
-      got = Buffer.concat([got, chunk])
-      const text = got.toString('latin1')
-      const end = text.indexOf('\r\n\r\n')
-      if (end < 0) return
-      const head = text.slice(0, end)
-      const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1] ?? 0)
-      if (got.length < end + 4 + length) return
-      socket.off('data', onData)
-      socket.off('close', onClose)
-      resolve({
-        status: Number(head.split(' ')[1]),
-        retryAfter: /\r\nretry-after: (\S+)/i.exec(head)?.[1],
-        body: got.subarray(end + 4, end + 4 + length).toString('utf8'),
-      })
-    }
-    const onClose = () => reject(new Error(`the connection closed; read: ${got.toString()}`))
-    socket.on('data', onData)
-    socket.once('close', onClose)
-    socket.write(
-      `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    )
-  })
+  const res = await exchange(
+    socket,
+    `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  )
+  return { status: res.status, retryAfter: res.headers['retry-after'], body: res.body }
 }
 
 describe('out of file handles', () => {

@@ -3,17 +3,13 @@ import { after, describe, test } from 'node:test'
 import { freePort } from '../../src/db/embedded.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
-import { haproxyPath, haproxyPresent, startHaproxy } from '../helpers/haproxy.ts'
+import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { within } from '../helpers/wait.ts'
 
-// Outside CI a machine without HAProxy skips this test; in CI its absence is a failure
-// (.ci/run installs it).
-const skip = !haproxyPresent && !process.env.CI ? `no HAProxy at ${haproxyPath}` : false
-
 describe('a rolling deploy behind HAProxy', () => {
   test('two instances restarted in turn with SIGTERM under 8 keep-alive clients, the balancer checking /readyz every 500 ms without retry-on: no client error, no 5xx, nothing lost', {
-    skip,
+    skip: haproxySkip,
   }, async () => {
     assert.ok(haproxyPresent, `CI needs ${haproxyPath} (apt-get install haproxy)`)
     const db = await createTestDatabase({ after })

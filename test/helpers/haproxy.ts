@@ -10,6 +10,12 @@ import { within } from './wait.ts'
 /** Debian's haproxy package (HAPROXY_PATH to use another). */
 export const haproxyPath = process.env.HAPROXY_PATH || '/usr/sbin/haproxy'
 export const haproxyPresent = existsSync(haproxyPath)
+/**
+ * The `skip` of a test that needs HAProxy: outside CI, the reason it is missing; in CI never
+ * (.ci/run installs it, and its absence fails the test).
+ */
+export const haproxySkip =
+  !haproxyPresent && !process.env.CI ? `no HAProxy at ${haproxyPath}` : false
 
 /** Runs HAProxy on `lines` of configuration until `t` ends; resolves once it has started. */
 async function runHaproxy(t: Cleanup, lines: readonly string[], ready: () => Promise<boolean>) {

@@ -30,19 +30,53 @@ export function readUntilClosed(socket: Socket, started = performance.now()): Pr
     socket.on('close', () => {
       const text = Buffer.concat(chunks).toString('utf8')
       const [head = '', ...rest] = text.split('\r\n\r\n')
-      const [statusLine = '', ...lines] = head.split('\r\n')
-      const headers: Record<string, string> = {}
-      for (const line of lines) {
-        const i = line.indexOf(':')
-        if (i > 0) headers[line.slice(0, i).toLowerCase()] = line.slice(i + 1).trim()
-      }
       resolve({
-        status: Number(statusLine.split(' ')[1] ?? 0),
-        headers,
+        ...parseHead(head),
         body: rest.join('\r\n\r\n'),
         elapsedMs: performance.now() - started,
       })
     })
+  })
+}
+
+/** The status and the header fields (names in lower case) of a response's head. */
+function parseHead(head: string): Pick<RawResponse, 'status' | 'headers'> {
+  const [statusLine = '', ...lines] = head.split('\r\n')
+  const headers: Record<string, string> = {}
+  for (const line of lines) {
+    const i = line.indexOf(':')
+    if (i > 0) headers[line.slice(0, i).toLowerCase()] = line.slice(i + 1).trim()
+  }
+  return { status: Number(statusLine.split(' ')[1] ?? 0), headers }
+}
+
+/**
+ * Sends one request on a kept-alive `socket` and reads its whole answer (by Content-Length),
+ * leaving the connection open; rejects if the server closes it first.
+ */
+export function exchange(socket: Socket, bytes: string): Promise<RawResponse> {
+  const started = performance.now()
+  return new Promise((resolve, reject) => {
+    let got = Buffer.alloc(0)
+    const onData = (chunk: Buffer) => {
+      got = Buffer.concat([got, chunk])
+      const end = got.indexOf('\r\n\r\n')
+      if (end < 0) return
+      const head = parseHead(got.subarray(0, end).toString('latin1'))
+      const length = Number(head.headers['content-length'] ?? 0)
+      if (got.length < end + 4 + length) return
+      socket.off('data', onData)
+      socket.off('close', onClose)
+      resolve({
+        ...head,
+        body: got.subarray(end + 4, end + 4 + length).toString('utf8'),
+        elapsedMs: performance.now() - started,
+      })
+    }
+    const onClose = () => reject(new Error(`the connection closed; read: ${got.toString()}`))
+    socket.on('data', onData)
+    socket.once('close', onClose)
+    socket.write(bytes)
   })
 }
 
