@@ -2,24 +2,64 @@ import { limits } from '../limits.ts'
 import { describeError } from '../log.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 
-// Connection-level failures of the postgres driver and of Node's sockets.
-const connectionCodes = new Set([
-  'CONNECT_TIMEOUT',
-  'CONNECTION_CLOSED',
-  'CONNECTION_DESTROYED',
-  'CONNECTION_ENDED',
-  'ECONNREFUSED',
+/**
+ * Why a statement failed for want of a database, when sending it again may succeed once the
+ * database is back: the connection refused, lost or ended by the server (a restart, a
+ * switchover, a terminated backend, a pooler restarting), the server starting or stopping, a
+ * read-only server, no connection slot free, a serialization failure, a Citus worker lost.
+ * `undefined` for anything else, a statement timeout (57014) among them: that statement had its
+ * database and its time. The labels are those of `plant_store_creates_resent_total`.
+ */
+export const resendReasons = [
+  'refused',
+  'connection_lost',
+  'terminated',
+  'not_accepting',
+  'read_only',
+  'too_many_connections',
+  'serialization',
+  'connect_timeout',
+  'no_answer',
+  'unreachable',
+  'out_of_file_handles',
+  'citus_worker_lost',
+] as const
+export type ResendReason = (typeof resendReasons)[number]
+
+// Connection-level failures of the postgres driver and of Node's sockets, and why each is worth
+// sending again.
+const connectionReasons: Readonly<Record<string, ResendReason>> = {
+  ECONNREFUSED: 'refused',
+  ECONNRESET: 'connection_lost',
+  EPIPE: 'connection_lost',
+  CONNECTION_CLOSED: 'connection_lost',
+  CONNECTION_DESTROYED: 'connection_lost',
+  CONNECTION_ENDED: 'connection_lost',
+  CONNECT_TIMEOUT: 'connect_timeout',
+  // A socket's own time-out, or a silent connection cut loose (slots.ts).
+  ETIMEDOUT: 'no_answer',
+  EHOSTUNREACH: 'unreachable',
+  ENETUNREACH: 'unreachable',
+  ENOTFOUND: 'unreachable',
+  EAI_AGAIN: 'unreachable',
   // Out of file handles (the process's or the system's): a connection could not be opened now.
-  'EMFILE',
-  'ENFILE',
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-])
+  EMFILE: 'out_of_file_handles',
+  ENFILE: 'out_of_file_handles',
+}
+const connectionCodes = new Set(Object.keys(connectionReasons))
+
+// The SQLSTATEs worth sending again (08*, a connection exception, too: see `resendReason`).
+const sqlStateReasons: Readonly<Record<string, ResendReason>> = {
+  // admin_shutdown: pg_terminate_backend, or a fast shutdown ending the session.
+  '57P01': 'terminated',
+  '57P02': 'terminated',
+  // cannot_connect_now: starting up, shutting down, in recovery.
+  '57P03': 'not_accepting',
+  '25006': 'read_only',
+  '53300': 'too_many_connections',
+  '40001': 'serialization',
+  '40P01': 'serialization',
+}
 
 // SQLSTATEs that mean "not now" rather than "never": connection exceptions (08), statement
 // timeout or cancel (57014), server shutting down or starting (57P01-57P03), too many
@@ -71,64 +111,13 @@ export function isConnectionLost(err: unknown): boolean {
   return connectionCodes.has(code) || code.startsWith('08') || code.startsWith('57P0')
 }
 
-/**
- * Why a statement failed for want of a database, when sending it again may succeed once the
- * database is back: the connection refused, lost or ended by the server (a restart, a
- * switchover, a terminated backend, a pooler restarting), the server starting or stopping, a
- * read-only server, no connection slot free, a serialization failure, a Citus worker lost.
- * `undefined` for anything else, a statement timeout (57014) among them: that statement had its
- * database and its time. The labels are those of `plant_store_creates_resent_total`.
- */
-export const resendReasons = [
-  'refused',
-  'connection_lost',
-  'terminated',
-  'not_accepting',
-  'read_only',
-  'too_many_connections',
-  'serialization',
-  'connect_timeout',
-  'no_answer',
-  'unreachable',
-  'out_of_file_handles',
-  'citus_worker_lost',
-] as const
-export type ResendReason = (typeof resendReasons)[number]
-
-const resendByCode: Readonly<Record<string, ResendReason>> = {
-  ECONNREFUSED: 'refused',
-  ECONNRESET: 'connection_lost',
-  EPIPE: 'connection_lost',
-  CONNECTION_CLOSED: 'connection_lost',
-  CONNECTION_DESTROYED: 'connection_lost',
-  CONNECTION_ENDED: 'connection_lost',
-  CONNECT_TIMEOUT: 'connect_timeout',
-  // A socket's own time-out, or a silent connection cut loose (slots.ts).
-  ETIMEDOUT: 'no_answer',
-  EHOSTUNREACH: 'unreachable',
-  ENETUNREACH: 'unreachable',
-  ENOTFOUND: 'unreachable',
-  EAI_AGAIN: 'unreachable',
-  EMFILE: 'out_of_file_handles',
-  ENFILE: 'out_of_file_handles',
-  // admin_shutdown: pg_terminate_backend, or a fast shutdown ending the session.
-  '57P01': 'terminated',
-  '57P02': 'terminated',
-  // cannot_connect_now: starting up, shutting down, in recovery.
-  '57P03': 'not_accepting',
-  '25006': 'read_only',
-  '53300': 'too_many_connections',
-  '40001': 'serialization',
-  '40P01': 'serialization',
-}
-
 /** Whether, and why, a statement that failed with `err` is worth sending again (see `ResendReason`). */
 export function resendReason(err: unknown): ResendReason | undefined {
   if (typeof err !== 'object' || err === null) return undefined
   const cause = err instanceof DatabaseUnavailable && err.cause !== undefined ? err.cause : err
   const { code, message } = cause as { code?: unknown; message?: unknown }
   if (typeof code !== 'string') return undefined
-  const known = resendByCode[code]
+  const known = connectionReasons[code] ?? sqlStateReasons[code]
   if (known !== undefined) return known
   if (code.startsWith('08')) return 'connection_lost'
   if (isCitusWorkerLost(code, message)) return 'citus_worker_lost'
