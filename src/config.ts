@@ -26,21 +26,24 @@ const port = v.pipe(
   v.maxValue(65535, 'must be an integer from 0 to 65535'),
 )
 
-const workers = v.pipe(
-  v.string(),
-  v.regex(/^(?:auto|[1-9][0-9]{0,2})$/, 'must be auto or an integer from 1 to 256'),
-  v.transform((s) => (s === 'auto' ? availableParallelism() : Number(s))),
-  v.maxValue(256, 'must be auto or an integer from 1 to 256'),
-)
+const { maxCount, maxWorkers, reservedHandles, minConnections } = limits.settings
 
-const maxConnections = v.pipe(
-  v.string(),
-  v.regex(/^(?:auto|[1-9][0-9]{0,6})$/, 'must be auto or an integer from 1 to 1000000'),
-  v.transform((s) => (s === 'auto' ? connectionsForFileLimit() : Number(s))),
-)
+/**
+ * A whole number from 1 to `most`, or the word `word` (which `word` maps to a value). The
+ * message names the range as the README does.
+ */
+function countOr<W extends string, T>(word: W, most: number, wordValue: () => T) {
+  const message = `must be ${word} or an integer from 1 to ${most}`
+  return v.pipe(
+    v.string(),
+    v.check((s) => s === word || (/^[1-9][0-9]*$/.test(s) && Number(s) <= most), message),
+    v.transform((s) => (s === word ? wordValue() : Number(s))),
+  )
+}
 
-/** File handles the service keeps apart from client connections: the pool, LISTEN, the log. */
-const reservedHandles = 100
+const workers = countOr('auto', maxWorkers, availableParallelism)
+
+const maxConnections = countOr('auto', maxCount, () => connectionsForFileLimit())
 
 /**
  * MAX_CONNECTIONS=auto: the process's limit of open files (Linux: /proc/self/limits) less what
@@ -58,15 +61,11 @@ export function connectionsForFileLimit(
   }
   const soft = /^Max open files\s+(\d+|unlimited)/m.exec(text)?.[1]
   if (soft === undefined || soft === 'unlimited') return undefined
-  return Math.max(16, Number(soft) - reservedHandles)
+  return Math.max(minConnections, Number(soft) - reservedHandles)
 }
 
 /** `off`, or a whole number from 1 to 1,000,000. */
-const countOrOff = v.pipe(
-  v.string(),
-  v.regex(/^(?:off|[1-9][0-9]{0,6})$/, 'must be off or an integer from 1 to 1000000'),
-  v.transform((s) => (s === 'off' ? undefined : Number(s))),
-)
+const countOrOff = countOr('off', maxCount, () => undefined)
 
 // Unset, it is the empty list: nobody's X-Forwarded-For is believed.
 const addressList = v.pipe(
@@ -184,7 +183,7 @@ export const variables = {
     key: 'workers',
     schema: workers,
     default: '1',
-    meaning: `processes serving HTTP: \`1\` is this process alone; \`2\` to \`256\`, or \`auto\` (one per core this process may use), start that many \`node:cluster\` workers on the one port (see [Worker processes](docs/scaling.md#worker-processes)); Node only`,
+    meaning: `processes serving HTTP: \`1\` is this process alone; \`2\` to \`${maxWorkers}\`, or \`auto\` (one per core this process may use), start that many \`node:cluster\` workers on the one port (see [Worker processes](docs/scaling.md#worker-processes)); Node only`,
   },
   MIGRATE: {
     key: 'migrate',
@@ -196,14 +195,14 @@ export const variables = {
     key: 'authFailureLimit',
     schema: countOrOff,
     default: String(limits.authFailures.allowed),
-    meaning: `failed authentications (401 and 40010) a client address may make per ${limits.authFailures.windowSeconds} s; past it, 429 / 42901. Only failures count: a request with a valid token is never refused for them, whoever else shares its address. \`off\` or 1 to 1000000`,
+    meaning: `failed authentications (401 and 40010) a client address may make per ${limits.authFailures.windowSeconds} s; past it, 429 / 42901. Only failures count: a request with a valid token is never refused for them, whoever else shares its address. \`off\` or 1 to ${maxCount}`,
   },
   RATE_LIMIT: {
     key: 'rateLimit',
     schema: countOrOff,
     default: 'off',
     why: `tokens are issued by operators to clients they know, and the database's own rate is the limit that matters`,
-    meaning: `requests a token may make per second (a bucket of that many, refilled at that rate); past it, 429 / 42902, and every answer to the token carries the IETF \`RateLimit\` and \`RateLimit-Policy\` fields. \`off\` or 1 to 1000000`,
+    meaning: `requests a token may make per second (a bucket of that many, refilled at that rate); past it, 429 / 42902, and every answer to the token carries the IETF \`RateLimit\` and \`RateLimit-Policy\` fields. \`off\` or 1 to ${maxCount}`,
   },
   TRUSTED_PROXIES: {
     key: 'trustedProxies',
@@ -223,8 +222,8 @@ export const variables = {
     key: 'maxConnections',
     schema: maxConnections,
     default: 'auto',
-    why: `the process's open-file limit less 100 (for the pool, \`LISTEN\` and the log), at least 16; no cap where the limit cannot be read`,
-    meaning: `open client connections at most, per process; more are closed as soon as they are accepted; \`auto\` or 1 to 1000000`,
+    why: `the process's open-file limit less ${reservedHandles} (for the pool, \`LISTEN\` and the log), at least ${minConnections}; no cap where the limit cannot be read`,
+    meaning: `open client connections at most, per process; more are closed as soon as they are accepted; \`auto\` or 1 to ${maxCount}`,
   },
 } as const
 

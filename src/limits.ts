@@ -103,6 +103,17 @@ export const limits = {
   drainDelay: 3_000,
   /** Requests in flight after the drain delay may always finish for this long: a deadline. */
   drainInFlight: 6_500,
+  /** Ranges of the settings that count things (MAX_CONNECTIONS, RATE_LIMIT, AUTH_FAILURE_LIMIT, WORKERS). */
+  settings: {
+    /** The largest count a counting setting takes. */
+    maxCount: 1_000_000,
+    /** The most worker processes (WORKERS). */
+    maxWorkers: 256,
+    /** File handles MAX_CONNECTIONS=auto keeps apart from client connections: the pool, LISTEN, the log. */
+    reservedHandles: 100,
+    /** MAX_CONNECTIONS=auto is never below this. */
+    minConnections: 16,
+  },
 } as const
 
 /** A number as the documents write it: 10000 as 10,000. */

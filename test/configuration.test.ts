@@ -124,6 +124,8 @@ describe('configuration', () => {
     ['WORKERS', '2.5'],
     ['MAX_CONNECTIONS', '0'],
     ['MAX_CONNECTIONS', 'many'],
+    ['MAX_CONNECTIONS', '1000001'],
+    ['MAX_CONNECTIONS', '9999999'],
     ['METRICS_PORT', '0'],
     ['METRICS_PORT', '65536'],
     ['METRICS_PORT', '8080'],
@@ -131,6 +133,8 @@ describe('configuration', () => {
     ['METRICS_HOST', '300.1.1.1'],
     ['AUTH_FAILURE_LIMIT', 'lots'],
     ['RATE_LIMIT', '0'],
+    ['RATE_LIMIT', '1000001'],
+    ['AUTH_FAILURE_LIMIT', '9999999'],
     ['TRUSTED_PROXIES', 'proxy.local'],
     ['MIGRATE', 'maybe'],
     ['DRAIN_DELAY', '61'],
@@ -145,6 +149,21 @@ describe('configuration', () => {
       )
     })
   }
+
+  test('the counting settings take 1,000,000 at most, as their messages and the README say', () => {
+    const config = parseConfig({
+      MAX_CONNECTIONS: '1000000',
+      RATE_LIMIT: '1000000',
+      AUTH_FAILURE_LIMIT: '1000000',
+    })
+    assert.equal(config.maxConnections, 1_000_000)
+    assert.equal(config.rateLimit, 1_000_000)
+    assert.equal(config.authFailureLimit, 1_000_000)
+    assert.throws(
+      () => parseConfig({ MAX_CONNECTIONS: '1000001' }),
+      /MAX_CONNECTIONS="1000001": must be auto or an integer from 1 to 1000000/,
+    )
+  })
 
   test('MAX_CONNECTIONS=auto is the open-file limit less 100 handles for the pool and the log, at least 16; no cap where the limit cannot be read', () => {
     const limits = (soft: string) => () =>
