@@ -96,6 +96,29 @@ describe('npm run migrate and npm run token on every documented database', () =>
     }
   })
 
+  test('with DATABASE_DIRECT_URL set, an unreachable DATABASE_URL stops each command with one line naming DATABASE_URL, not DATABASE_DIRECT_URL', async () => {
+    const db = await createTestDatabase({ after })
+    const closed = await freePort()
+    const env = {
+      DATABASE_URL: `postgres://plants:s3cret@127.0.0.1:${closed}/plants`,
+      DATABASE_DIRECT_URL: db.url,
+    }
+    for (const args of [['migrate'], ['token', 'list']]) {
+      const [script = '', ...rest] = args
+      const { code, stderr } = await runNpm(script, rest, env)
+      assert.equal(code, 1, args.join(' '))
+      const ours = stderr.split('\n').filter((l) => l.startsWith('plant-store:'))
+      assert.equal(ours.length, 1, stderr)
+      assert.match(
+        ours[0] ?? '',
+        new RegExp(
+          `^plant-store: cannot use the database at 127\\.0\\.0\\.1:${closed}/plants as plants: .*ECONNREFUSED`,
+        ),
+      )
+      assert.ok(!stderr.includes('s3cret'), 'the password is never shown')
+    }
+  })
+
   test('through PgBouncer in transaction mode with DATABASE_DIRECT_URL: the commands use the direct session and the running service takes their token', {
     skip: !pgbouncerPresent && !process.env.CI ? `no PgBouncer at ${pgbouncerPath}` : false,
   }, async () => {

@@ -1,10 +1,9 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.ts'
-import { describeDatabase } from '../db/database-url.ts'
 import { migrate } from '../db/migrate.ts'
-import { openDatabase, sessionsOf } from '../db/open.ts'
+import { cannotUse, openDatabase, sessionsOf } from '../db/open.ts'
 import { createSql } from '../db/sql.ts'
-import { describeError, type Log } from '../log.ts'
+import type { Log } from '../log.ts'
 
 /**
  * Runs a command on the writable server: the embedded database (started for the command, or
@@ -21,11 +20,7 @@ export async function onWritableDatabase<T>(
   try {
     return await command((await sessionsOf(config, db, log)).writableUrl)
   } catch (err) {
-    const message = describeError(err)
-    throw new Error(
-      `cannot use the database at ${describeDatabase(config.databaseDirectUrl ?? db.url)}: ${message}`,
-      { cause: err },
-    )
+    throw cannotUse(config, db, err)
   } finally {
     await db.stop()
   }

@@ -132,11 +132,22 @@ export async function prepareDatabase(
     await db
       .stop()
       .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
-    // Say the server that failed: DATABASE_DIRECT_URL's, unless DATABASE_URL's was asked first.
-    const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
-    throw new Error(`cannot use the database at ${describeDatabase(failed)}: ${describeError(err)}`)
+    throw cannotUse(config, db, err)
   }
   return { ...db, sessions }
+}
+
+/**
+ * The one-line error for a database that could not be used, naming the server that failed:
+ * `DATABASE_URL`'s when it was asked first and failed (`DatabaseUrlFailure`), else where the
+ * sessions go (`DATABASE_DIRECT_URL`, else `DATABASE_URL`).
+ */
+export function cannotUse(config: Config, db: EmbeddedDatabase, err: unknown): Error {
+  const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
+  return new Error(
+    `cannot use the database at ${describeDatabase(failed)}: ${describeError(err)}`,
+    { cause: err },
+  )
 }
 
 /**
