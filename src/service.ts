@@ -5,7 +5,7 @@ import type { Config } from './config.ts'
 import { followWritePath } from './db/citus.ts'
 import { defaultDataDir, openDatabase, prepareDatabase, sessionsOf } from './db/open.ts'
 import { warnAboutDatabase } from './db/server-settings.ts'
-import { openServicePools } from './db/sql.ts'
+import { createSql, openServicePools } from './db/sql.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
@@ -96,10 +96,17 @@ export async function startService(
     held.add(pools.end)
 
     // 3. What the database's settings call for, and how plants are written (Citus).
-    await warnAboutDatabase(pools.sql, log, {
-      transactionPooler,
-      serverSettings: single && !db.owned,
-    })
+    // The settings that decide WAL volume are asked of the server that takes the writes: on a
+    // Citus worker, the worker's own, not the coordinator's where the tokens live.
+    const writesTo = session.citusWorker ? createSql(url, log, { max: 1 }) : pools.sql
+    try {
+      await warnAboutDatabase(pools.sql, writesTo, log, {
+        transactionPooler,
+        serverSettings: single && !db.owned,
+      })
+    } finally {
+      if (writesTo !== pools.sql) await writesTo.end({ timeout: 5 })
+    }
     const writePath = await followWritePath(pools.sql, log, single)
     held.add(async () => writePath.stop())
 

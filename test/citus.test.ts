@@ -521,6 +521,32 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     })
   })
 
+  test("the start-up warnings about wal_compression and max_wal_size ask the server that takes the writes: on a worker, the worker's own settings, not the coordinator's", async () => {
+    // The coordinator set as the docs ask, the first worker left at PostgreSQL's defaults.
+    const settings = async (wal: string, size: string) => {
+      await cluster.sql.unsafe(`alter system set wal_compression = '${wal}'`)
+      await cluster.sql.unsafe(`alter system set max_wal_size = '${size}'`)
+      await cluster.sql`select pg_reload_conf()`
+    }
+    await settings('lz4', '8GB')
+    after(() => settings('off', '1GB'))
+    const worker = cluster.workers[0]
+    assert.ok(worker)
+    const walWarnings = (s: ServiceProcess) =>
+      s.lines
+        .map((l) => String(l.message))
+        .filter((m) => /^(wal_compression|max_wal_size) is /.test(m))
+        .map((m) => m.split(':')[0])
+    const onWorker = await startServiceProcess('node', { DATABASE_URL: worker.url }, { after })
+    assert.deepEqual(walWarnings(onWorker), ['wal_compression is off', 'max_wal_size is 1024 MB'])
+    const onCoordinator = await startServiceProcess(
+      'node',
+      { DATABASE_URL: cluster.coordinator.url },
+      { after },
+    )
+    assert.deepEqual(walWarnings(onCoordinator), [])
+  })
+
   test('a coordinator where plants is still local: the service warns once at start with the SQL to run, serves, and sends creates to the shards within 10 s of the DBA running it', async () => {
     const admin = postgres(cluster.coordinator.url.replace(/\/plants$/, '/postgres'), {
       max: 1,

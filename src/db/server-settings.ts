@@ -111,14 +111,16 @@ export async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<v
 
 /**
  * The start-up warnings about the database: its statement_timeout through a transaction pooler
- * (`transactionPooler`), and the settings for a growing table on a DBA's server
- * (`serverSettings`: the embedded one gets them itself).
+ * (`transactionPooler`, asked through `sql`), and the settings for a growing table on a DBA's
+ * server (`serverSettings`: the embedded one gets them itself), asked of `writesTo`, the server
+ * that takes the writes.
  */
 export async function warnAboutDatabase(
   sql: Sql,
+  writesTo: Sql,
   log: Log,
   { transactionPooler, serverSettings }: { transactionPooler: boolean; serverSettings: boolean },
 ): Promise<void> {
   if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
-  if (serverSettings) await warnAboutServerSettings(sql, log)
+  if (serverSettings) await warnAboutServerSettings(writesTo, log)
 }
