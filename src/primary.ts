@@ -1,7 +1,6 @@
 import cluster, { type Worker } from 'node:cluster'
 import type { Sql } from 'postgres'
-import { ensureDevToken } from './auth/dev-token.ts'
-import { watchTokenLifetimes } from './auth/token-warnings.ts'
+import { prepareTokens } from './auth/start-tokens.ts'
 import type { Config } from './config.ts'
 import type { EmbeddedDatabase } from './db/embedded.ts'
 import { defaultDataDir, prepareDatabase } from './db/open.ts'
@@ -94,8 +93,7 @@ async function prepareOnce(
   try {
     db = await prepareDatabase(config, log, dataDir)
     sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
-    if (db.owned) await ensureDevToken(sql, dataDir, log)
-    const stopWatching = await watchTokenLifetimes(sql, log)
+    const stopWatching = await prepareTokens(sql, log, { embedded: db.owned, dataDir })
     const { stop } = db
     const ownSql = sql
     return {

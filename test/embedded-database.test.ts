@@ -22,7 +22,7 @@ function capture() {
 }
 
 describe('the embedded database (no DATABASE_URL)', () => {
-  test('the first start creates the dev token (file mode 0600, printed once); data and token survive a restart', async () => {
+  test('the first start creates the dev token (file mode 0600, printed once) and warns about nothing, the dev token included; data and token survive a restart', async () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
     const config = parseConfig({ PORT: '0' })
     const first = capture()
@@ -34,6 +34,13 @@ describe('the embedded database (no DATABASE_URL)', () => {
     assert.ok(
       first.lines.some((l) => l.devToken === token),
       'the start-up log prints the dev token',
+    )
+    const warnings = (lines: Record<string, unknown>[]) =>
+      lines.filter((l) => l.level === 'warn').map((l) => l.message)
+    assert.deepEqual(
+      warnings(first.lines),
+      [],
+      'a newcomer is not warned about what they were handed',
     )
     const created = await fetch(`${service.url}/plants`, {
       method: 'POST',
@@ -51,6 +58,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
     const again = await startService(config, second.log, { dataDir: dir })
     tmp.after(() => again.close())
     assert.ok(!second.lines.some((l) => 'devToken' in l), 'no second dev token')
+    assert.deepEqual(warnings(second.lines), [])
     const retry = await fetch(`${again.url}/plants`, {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },

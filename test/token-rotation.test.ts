@@ -198,7 +198,7 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
     await created(later, '--expires-in', '30d')
     const lines: { level: string; message: string; token?: string }[] = []
     const log = createLog('info', (line) => lines.push(JSON.parse(line)))
-    const stop = await watchTokenLifetimes(s.db.sql, log, 300)
+    const stop = await watchTokenLifetimes(s.db.sql, log, { everyMs: 300 })
     after(stop)
     const mine = () => lines.filter((l) => l.token === soon)
     assert.equal(mine().length, 1)

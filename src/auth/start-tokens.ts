@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Log } from '../log.ts'
-import { ensureDevToken } from './dev-token.ts'
+import { devTokenName, ensureDevToken } from './dev-token.ts'
 import { createLastUse } from './last-use.ts'
 import { createTokenCache, type TokenCache, type TokenEntry } from './token-cache.ts'
 import { watchTokenLifetimes } from './token-warnings.ts'
@@ -15,14 +15,25 @@ export type ServiceTokens = {
 
 /** What `startTokens` does besides the cache. */
 export type TokenStart = {
-  /**
-   * Once per start (with WORKERS the primary does it, primary.ts): the dev token when
-   * `embedded`, in `dataDir`; the warnings about tokens that never expire or expire soon, then
-   * daily. Undefined for a worker.
-   */
+  /** What `prepareTokens` does once per start; undefined for a worker (its primary does it). */
   readonly prepare?: { readonly embedded: boolean; readonly dataDir: string } | undefined
   /** How often a token's last use is written at most (tests make it short). */
   readonly lastUseEveryMs?: number | undefined
+}
+
+/**
+ * What is done once per start, whatever the number of processes (with WORKERS, by the primary):
+ * the dev token when `embedded`, in `dataDir`; the warnings about tokens that never expire (the
+ * embedded database's dev token left out) or expire soon, then daily. Resolves to a function
+ * that stops the daily ones.
+ */
+export async function prepareTokens(
+  sql: Sql,
+  log: Log,
+  { embedded, dataDir }: { readonly embedded: boolean; readonly dataDir: string },
+): Promise<() => void> {
+  if (embedded) await ensureDevToken(sql, dataDir, log)
+  return watchTokenLifetimes(sql, log, { unwarned: embedded ? devTokenName : undefined })
 }
 
 /**
@@ -37,11 +48,7 @@ export async function startTokens(
   log: Log,
   { prepare, lastUseEveryMs }: TokenStart = {},
 ): Promise<ServiceTokens> {
-  let stopWarnings = () => {}
-  if (prepare) {
-    if (prepare.embedded) await ensureDevToken(sql, prepare.dataDir, log)
-    stopWarnings = await watchTokenLifetimes(sql, log)
-  }
+  const stopWarnings = prepare ? await prepareTokens(sql, log, prepare) : () => {}
   const cache = createTokenCache(sql, log, undefined, listenSql)
   try {
     await cache.start()

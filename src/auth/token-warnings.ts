@@ -6,12 +6,16 @@ import { fromNow } from './lifetime.ts'
 import { everlastingTokens, expiringTokens } from './token-repository.ts'
 
 /**
- * Warns, once, naming the tokens that never expire (made with `--expires-in never`, before
- * tokens had a lifetime, or the embedded database's dev token): a leaked copy of one works
- * until someone revokes it.
+ * Warns, once, naming the tokens that never expire (made with `--expires-in never`, or before
+ * tokens had a lifetime): a leaked copy of one works until someone revokes it. `unwarned`: a
+ * name left out (the embedded database's dev token, which the README has just handed over).
  */
-export async function warnAboutEverlastingTokens(sql: Sql, log: Log): Promise<void> {
-  const names = await everlastingTokens(sql)
+export async function warnAboutEverlastingTokens(
+  sql: Sql,
+  log: Log,
+  unwarned?: string,
+): Promise<void> {
+  const names = (await everlastingTokens(sql)).filter((name) => name !== unwarned)
   if (names.length === 0) return
   log.warn(
     `${names.length} token(s) never expire: ${names.join(', ')}; a leaked copy works until it is revoked. Replace each with one that expires: npm run token -- rotate NAME --expires-in 90d, and hand the new token to the client`,
@@ -36,9 +40,9 @@ export async function warnAboutExpiringTokens(sql: Sql, log: Log, now = Date.now
 export async function watchTokenLifetimes(
   sql: Sql,
   log: Log,
-  everyMs = 86_400_000,
+  { everyMs = 86_400_000, unwarned }: { everyMs?: number; unwarned?: string | undefined } = {},
 ): Promise<() => void> {
-  await warnAboutEverlastingTokens(sql, log)
+  await warnAboutEverlastingTokens(sql, log, unwarned)
   await warnAboutExpiringTokens(sql, log)
   const timer = setInterval(() => {
     warnAboutExpiringTokens(sql, log).catch((err: unknown) =>
