@@ -3,7 +3,7 @@ import type { Sql } from 'postgres'
 import { prepareTokens } from './auth/start-tokens.ts'
 import type { Config } from './config.ts'
 import type { EmbeddedDatabase } from './db/embedded.ts'
-import { defaultDataDir, prepareDatabase } from './db/open.ts'
+import { defaultDataDir, type PreparedDatabase, prepareDatabase } from './db/open.ts'
 import { createSql } from './db/sql.ts'
 import { limits } from './limits.ts'
 import { describeError, type Log } from './log.ts'
@@ -88,11 +88,12 @@ async function prepareOnce(
   log: Log,
   dataDir: string,
 ): Promise<EmbeddedDatabase | undefined> {
-  let db: EmbeddedDatabase | undefined
+  let db: PreparedDatabase | undefined
   let sql: Sql | undefined
   try {
     db = await prepareDatabase(config, log, dataDir)
-    sql = createSql(db.url, log, { max: 1, applicationName: 'plant-store primary' })
+    // Where api_tokens lives: on a Citus worker, its coordinator.
+    sql = createSql(db.sessions.url, log, { max: 1, applicationName: 'plant-store primary' })
     const stopWatching = await prepareTokens(sql, log, { embedded: db.owned, dataDir })
     const { stop } = db
     const ownSql = sql

@@ -283,6 +283,24 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     )
   })
 
+  test('WORKERS=2 on a worker: the primary reads the tokens on the coordinator, and both workers take a new token and store creates', async () => {
+    const worker = cluster.workers[1]
+    assert.ok(worker)
+    const s = await startServiceProcess(
+      'node',
+      { DATABASE_URL: worker.url, WORKERS: '2' },
+      { after },
+    )
+    const token = await tokenFor(cluster.sql, s.base, 'two-processes-on-a-worker')
+    const statuses = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        post(s.base, token, { id: 9_400_000_000 + i, name: 'two processes' }).then((r) => r.status),
+      ),
+    )
+    assert.deepEqual(new Set(statuses), new Set([200]), JSON.stringify(statuses))
+    assert.ok(!s.lines.some((l) => l.level === 'error'), JSON.stringify(s.lines))
+  })
+
   test('an instance on a worker keeps one limit of creates waiting, whichever workers they wait for: past it, queue_full', async (t) => {
     const worker = cluster.workers[0]
     assert.ok(worker)
