@@ -214,7 +214,7 @@ function stateGauges(registers: Registry[], sources: () => MetricSources | undef
   })
   new Gauge({
     name: 'plant_store_create_statements_in_flight',
-    help: `Insert statements running in the database (at most ${limits.batch.maxInFlight})`,
+    help: `Insert statements running in the database (at most ${limits.batch.maxInFlight}; on an instance on a Citus worker, at most ${limits.batch.maxInFlightPerWorker} per worker)`,
     registers,
     collect() {
       this.set(sources()?.queue().inFlight ?? 0)
