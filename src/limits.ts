@@ -18,6 +18,8 @@ export const limits = {
     pipelined: 16,
     /** The longest X-Request-Id kept (of `[A-Za-z0-9._-]`); any other is replaced. */
     requestIdLength: 128,
+    /** The longest path a log line keeps; a longer one is cut and marked with `…`. */
+    loggedPathLength: 256,
   },
   /** Database time limits, in milliseconds. */
   database: {
@@ -85,6 +87,24 @@ export const limits = {
     lastUseEvery: 10 * 60_000,
     /** Each instance reloads its tokens this often, in case a notification was lost. */
     reloadEvery: 30_000,
+    /** After a failed write of last uses, none is tried again for this long. */
+    lastUsePauseAfterFailure: 10_000,
+  },
+  /** Citus, in milliseconds. */
+  citus: {
+    /**
+     * How often an instance reads again how plants is distributed (and, on a worker, where its
+     * shards are): a DBA's distribution or a shard move reaches the creates within this.
+     */
+    writePathCheck: 10_000,
+  },
+  /** Worker processes (WORKERS), in milliseconds. */
+  workers: {
+    /** A worker that died within this long of its start is replaced after `restartPause`. */
+    quickDeath: 5_000,
+    restartPause: 1_000,
+    /** A worker waits this long for the primary's sum of every worker's metrics. */
+    metricsAnswer: 5_000,
   },
   /** Seconds a client is asked to wait after a 503 (`Retry-After`). */
   retryAfterSeconds: 1,

@@ -23,9 +23,6 @@ import { answerMetricsRequests } from './metrics/cluster.ts'
 if (process.env.NODE_CLUSTER_SCHED_POLICY === undefined)
   cluster.schedulingPolicy = cluster.SCHED_NONE
 
-/** A worker that died within this long of its start is replaced after a pause, not at once. */
-const quickDeathMs = 5_000
-
 /** Runs the primary until SIGINT or SIGTERM; resolves with the exit status. */
 export async function runPrimary(
   config: Config,
@@ -154,7 +151,7 @@ function replaceDeadWorkers(
     if (state.stopping) return
     const lived = performance.now() - (started.get(worker) ?? 0)
     started.delete(worker)
-    const again = lived < quickDeathMs ? 1_000 : 0
+    const again = lived < limits.workers.quickDeath ? limits.workers.restartPause : 0
     log.error(
       `worker ${worker.id} (pid ${worker.process.pid}) exited with ${signal ?? `code ${code}`}; starting a new one${again ? ' in 1 s' : ''}`,
       {

@@ -79,7 +79,7 @@ export function createLastUse(
       const last = written.get(entry.id) ?? entry.lastUsedAt ?? Number.NEGATIVE_INFINITY
       // After a failed write, a pause before the next: a database that is down is not asked
       // again at every request.
-      if (now - last < everyMs || now - failedAt < 10_000) return
+      if (now - last < everyMs || now - failedAt < limits.tokens.lastUsePauseAfterFailure) return
       written.set(entry.id, now)
       pending.set(entry.id, now)
       if (!scheduled) {

@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { hostUrls } from './database-url.ts'
 import { createSql } from './sql.ts'
@@ -72,13 +73,10 @@ export async function plantsWritePath(
     if (say) log.info(`plants is distributed on Citus: ${routedLine()}`)
   } else if (say)
     log.warn(
-      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database); the service then sends creates to its shards within ${writePathCheckMs / 1000} s`,
+      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database); the service then sends creates to its shards within ${limits.citus.writePathCheck / 1000} s`,
     )
   return { path, citus: true }
 }
-
-/** How often a service on a Citus coordinator reads again how plants is distributed. */
-export const writePathCheckMs = 10_000
 
 /**
  * Reads how batches must be sent, from Citus's metadata as it is now (the citus extension must be
@@ -134,7 +132,7 @@ export function watchWritePath(
   log: Log,
   initial: WritePath,
   use: (path: WritePath) => void,
-  everyMs = writePathCheckMs,
+  everyMs = limits.citus.writePathCheck,
 ): () => void {
   let current = initial
   let reading = false

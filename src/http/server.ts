@@ -61,9 +61,6 @@ function closeAfterThis(conn: Connection): void {
 const bytesAnswered = Symbol('plant-store bytes read at the last answer')
 type Tracked = { [connectionOf]?: Connection; [bytesAnswered]?: number }
 
-/** The longest path a log line keeps; a longer one is cut and marked with `…`. */
-const loggedPathLength = 256
-
 /**
  * The HTTP adapter: assigns the request id, routes, turns every outcome (and every throw) into a
  * JSON response, and writes one log line per request.
@@ -280,7 +277,10 @@ async function handle(
     requestId: ctx.requestId,
     client: ctx.client,
     method,
-    path: path.length > loggedPathLength ? `${path.slice(0, loggedPathLength)}…` : path,
+    path:
+      path.length > limits.http.loggedPathLength
+        ? `${path.slice(0, limits.http.loggedPathLength)}…`
+        : path,
     status,
     durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,

@@ -1,6 +1,7 @@
 import cluster from 'node:cluster'
 import process from 'node:process'
 import { AggregatorRegistry } from 'prom-client'
+import { limits } from '../limits.ts'
 
 // With WORKERS, GET /metrics on any worker answers for all of them: the worker asks the primary
 // over the cluster's IPC channel, and the primary adds up every worker's registry.
@@ -44,8 +45,12 @@ export function metricsOfAllWorkers(): Promise<string> {
     }
     const timer = setTimeout(() => {
       done()
-      reject(new Error('the primary did not send the metrics within 5 s'))
-    }, 5_000)
+      reject(
+        new Error(
+          `the primary did not send the metrics within ${limits.workers.metricsAnswer / 1000} s`,
+        ),
+      )
+    }, limits.workers.metricsAnswer)
     const done = () => {
       clearTimeout(timer)
       process.off('message', onMessage)
