@@ -237,10 +237,27 @@ const EnvSchema = v.object(
   },
 )
 
-/** The validated, frozen settings of one process, one key per variable (`variables`). */
+/**
+ * What a process reads from its environment besides the settings of `variables` (which the
+ * README's table lists): Node's own variable for cluster scheduling, and one command's secret.
+ */
+type ProcessEnvironment = {
+  /**
+   * NODE_CLUSTER_SCHED_POLICY is set: Node's own choice of how WORKERS take connections stands
+   * (else each worker accepts its own, primary.ts).
+   */
+  readonly nodeSchedulingPolicy: boolean
+  /** APP_ROLE_PASSWORD: `npm run grant` sets it as the role's password (unset: none set). */
+  readonly appRolePassword: string | undefined
+}
+
+/**
+ * The validated, frozen settings of one process, one key per variable (`variables`), and what
+ * else it reads from its environment. Only `parseConfig` reads the environment.
+ */
 export type Config = {
   readonly [N in keyof Variables as Variables[N]['key']]: v.InferOutput<Variables[N]['schema']>
-}
+} & ProcessEnvironment
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
 export class ConfigError extends Error {
@@ -279,12 +296,17 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
       `invalid setting METRICS_PORT=${JSON.stringify(String(out.METRICS_PORT))}: must differ from PORT`,
     )
   }
-  return Object.freeze(
-    Object.fromEntries(
+  const environment: ProcessEnvironment = {
+    nodeSchedulingPolicy: env.NODE_CLUSTER_SCHED_POLICY !== undefined,
+    appRolePassword: env.APP_ROLE_PASSWORD || undefined,
+  }
+  return Object.freeze({
+    ...Object.fromEntries(
       Object.entries(variables).map(([name, variable]) => [
         variable.key,
         out[name as keyof typeof out],
       ]),
     ),
-  ) as Config
+    ...environment,
+  }) as Config
 }

@@ -10,8 +10,8 @@ import { createLog, describeError } from './log.ts'
 const usage =
   'usage: main.ts [serve] | migrate [up | down [N]] | token create|rotate|list|revoke … | grant ROLE | openapi [FILE]'
 
-// The entry point: the only place that reads the environment; it runs the command asked for
-// (cli/serve.ts handles the signals of a running service).
+// The entry point: reads the environment (through parseConfig, the one reader of it) and runs
+// the command asked for (cli/serve.ts handles the signals of a running service).
 async function main(argv: readonly string[]): Promise<number> {
   let config: Config
   try {
@@ -34,8 +34,7 @@ async function main(argv: readonly string[]): Promise<number> {
   )
   if (command === 'migrate') return migrateCommand(config, log, args)
   if (command === 'token') return tokenCommand(config, log, args)
-  if (command === 'grant')
-    return grantCommand(config, log, args, process.env.APP_ROLE_PASSWORD || undefined)
+  if (command === 'grant') return grantCommand(config, log, args)
   process.stderr.write(`${usage}\n`)
   return 1
 }

@@ -15,14 +15,6 @@ import { answerMetricsRequests } from './metrics/cluster.ts'
 // revocation reaches every worker), batching and metrics; the primary adds the workers' metrics
 // up for GET /metrics.
 
-// Each worker accepts its connections itself from the shared socket (SCHED_NONE), not from the
-// primary (Node's round robin on Linux). The primary hands a connection to a worker and keeps it
-// open until the worker says it took it; a worker killed meanwhile never says so, and the
-// client waits for ever on a connection nobody serves. A worker's own connections close with it.
-// Node's own NODE_CLUSTER_SCHED_POLICY=rr still chooses round robin (docs/scaling.md).
-if (process.env.NODE_CLUSTER_SCHED_POLICY === undefined)
-  cluster.schedulingPolicy = cluster.SCHED_NONE
-
 /** Runs the primary until SIGINT or SIGTERM; resolves with the exit status. */
 export async function runPrimary(
   config: Config,
@@ -31,6 +23,12 @@ export async function runPrimary(
   stopRequested: () => string | undefined = () => undefined,
   dataDir = defaultDataDir,
 ): Promise<number> {
+  // Each worker accepts its connections itself from the shared socket (SCHED_NONE), not from
+  // the primary (Node's round robin on Linux). The primary hands a connection to a worker and
+  // keeps it open until the worker says it took it; a worker killed meanwhile never says so, and
+  // the client waits for ever on a connection nobody serves. A worker's own connections close
+  // with it. Node's own NODE_CLUSTER_SCHED_POLICY=rr still chooses round robin (docs/scaling.md).
+  if (!config.nodeSchedulingPolicy) cluster.schedulingPolicy = cluster.SCHED_NONE
   const db = await prepareOnce(config, log, dataDir)
   if (db === undefined) return stopRequested() === undefined ? 1 : 0
   const early = stopRequested()

@@ -27,6 +27,8 @@ describe('configuration', () => {
         trustedProxies: new Set(),
         migrate: true,
         drainDelay: 3000,
+        nodeSchedulingPolicy: false,
+        appRolePassword: undefined,
       },
     )
   })
@@ -77,6 +79,8 @@ describe('configuration', () => {
       TRUSTED_PROXIES: '10.0.0.1, ::1',
       MIGRATE: 'off',
       DRAIN_DELAY: '1.5',
+      NODE_CLUSTER_SCHED_POLICY: 'rr',
+      APP_ROLE_PASSWORD: 'p4ss',
     })
     assert.deepEqual(
       { ...config },
@@ -98,6 +102,8 @@ describe('configuration', () => {
         trustedProxies: new Set(['10.0.0.1', '::1']),
         migrate: false,
         drainDelay: 1500,
+        nodeSchedulingPolicy: true,
+        appRolePassword: 'p4ss',
       },
     )
     assert.ok(Object.isFrozen(config))

@@ -8,7 +8,7 @@ export const grantUsage = 'usage: npm run grant -- ROLE   (APP_ROLE_PASSWORD set
 
 /**
  * `npm run grant -- ROLE`, run as the tables' owner: applies pending migrations, creates ROLE
- * (LOGIN, with `password` when given; a role that exists gets the new password) and grants it
+ * (LOGIN, with APP_ROLE_PASSWORD's password when given; a role that exists gets the new password) and grants it
  * exactly what the service needs with MIGRATE=off: INSERT and SELECT on plants, SELECT on
  * api_tokens and on the migrations table, and UPDATE of api_tokens.last_used_at alone. The statements are docs/operations.md's.
  */
@@ -16,8 +16,8 @@ export async function grantCommand(
   config: Config,
   log: Log,
   args: readonly string[],
-  password: string | undefined,
 ): Promise<number> {
+  const password = config.appRolePassword
   const [role, ...extra] = args
   if (role === undefined || extra.length > 0 || !/^[a-z_][a-z0-9_]{0,62}$/.test(role)) {
     process.stderr.write(`${grantUsage}\n`)
