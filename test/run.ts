@@ -90,9 +90,20 @@ async function acquire(env: NodeJS.ProcessEnv): Promise<Database> {
   }
 }
 
+/**
+ * Tests whose outcome does not depend on the Node version nor on where the suite's database
+ * runs: they start servers of their own (the fault suite's outages, partitions, failovers,
+ * Patroni, TLS; the Citus cluster). `--per-runtime` leaves them out: CI runs them once, in the
+ * README's `npm test`, and on every other runtime only the rest (the contract and the units).
+ */
+const runOnce = ['test/faults/', 'test/citus.test.ts']
+
 // Arguments are test files or folders of them; none means every test under test/.
 // `--seed N` (repeatable) replays the randomized fault run with those seeds instead of CI's.
+// `--per-runtime`: all of them but `runOnce`.
 const args = process.argv.slice(2)
+const perRuntime = args.includes('--per-runtime')
+if (perRuntime) args.splice(args.indexOf('--per-runtime'), 1)
 const seeds: string[] = []
 for (let i = args.indexOf('--seed'); i !== -1; i = args.indexOf('--seed')) {
   const [, seed] = args.splice(i, 2)
@@ -108,6 +119,10 @@ const files: string[] = []
 for (const target of targets) {
   if (target.endsWith('.test.ts')) files.push(target)
   else files.push(...(await testFiles(join(root, target))))
+}
+if (perRuntime) {
+  const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
+  files.splice(0, files.length, ...kept)
 }
 if (files.length === 0) {
   log.error('no test files found')
