@@ -11,7 +11,6 @@ import type { Duplex } from 'node:stream'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
-import { DatabaseUnavailable } from '../outcome.ts'
 import { contentAnswer, jsonAnswer } from './answer.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
@@ -215,15 +214,12 @@ async function handle(
     return
   }
   const given = req.headers['x-request-id']
-  const ctx: RequestContext = {
-    receivedAt: started,
-    requestId: typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID(),
-    tokenName: undefined,
-    sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
-    client: clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
-    responseHeaders: undefined,
-    params: {},
-  }
+  const requestId = typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID()
+  const client = clientAddress(
+    req.socket.remoteAddress,
+    req.headers['x-forwarded-for'],
+    trustedProxies,
+  )
   const method = req.method ?? 'GET'
   const url = req.url ?? '/'
   const q = url.indexOf('?')
@@ -232,35 +228,35 @@ async function handle(
   const trace = traceContext ? traceOf(req.headers.traceparent) : undefined
 
   let outcome: Outcome
-  // Why a 503 for the database was answered, for the request's log line.
-  let unavailable: string | undefined
   // The route pattern, never the raw path: every unknown path is one label value.
   let routeLabel = 'unmatched'
   try {
     const { target, pattern, params } = route(method, path)
     routeLabel = pattern ?? 'unmatched'
-    ctx.params = params
+    const ctx: RequestContext = {
+      receivedAt: started,
+      requestId,
+      sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
+      client,
+      params,
+    }
     outcome = typeof target === 'function' ? await target(req, ctx) : target
   } catch (err) {
-    if (err instanceof DatabaseUnavailable) {
-      metrics.unavailable(err.reason)
-      outcome = failure(50301, 'the database is unavailable; try again shortly')
-      // The request's own line (a warning, as every 503) says why; a gap in the database has
-      // a line of its own when it begins and ends (plants/gaps.ts), not one per create.
-      unavailable = err.message
-    } else {
-      outcome = failure(50001, `unexpected fault; quote request id ${ctx.requestId}`)
-      log.error('unexpected fault', {
-        requestId: ctx.requestId,
-        error: err instanceof Error ? (err.stack ?? err.message) : String(err),
-      })
-    }
+    // Only faults are thrown: an expected failure, a gap in the database included, is an outcome.
+    outcome = failure(50001, `unexpected fault; quote request id ${requestId}`)
+    log.error('unexpected fault', {
+      requestId,
+      error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+    })
   }
+  // A gap in the database: counted by why. The request's own line (a warning, as every 503)
+  // says what happened; a gap has a line of its own when it begins and ends (plants/gaps.ts).
+  if (outcome.unavailable) metrics.unavailable(outcome.unavailable.reason)
 
   const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
   const { status, headers, body } = answer
-  if (ctx.responseHeaders) Object.assign(headers, ctx.responseHeaders)
-  headers['x-request-id'] = ctx.requestId
+  if (outcome.headers) Object.assign(headers, outcome.headers)
+  headers['x-request-id'] = requestId
   if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
   // connection is closed after the response instead. An instance that is leaving closes each
@@ -274,8 +270,8 @@ async function handle(
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)
   const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
   log[level]('request', {
-    requestId: ctx.requestId,
-    client: ctx.client,
+    requestId,
+    client,
     method,
     path:
       path.length > limits.http.loggedPathLength
@@ -284,8 +280,8 @@ async function handle(
     status,
     durationMs: Math.round(ms * 100) / 100,
     error: outcome.kind === 'failure' ? outcome.code : undefined,
-    reason: unavailable,
-    tokenName: ctx.tokenName,
+    reason: outcome.unavailable?.detail,
+    tokenName: outcome.tokenName,
     traceId: trace?.traceId,
     spanId: trace?.spanId,
     parentSpanId: trace?.parentId,

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http'
+import type { UnavailableReason } from '../outcome.ts'
 import type { Failure } from './errors.ts'
 
 /** A successful answer: its status and JSON body. */
@@ -22,15 +23,29 @@ export type Content = {
   readonly headers?: Readonly<Record<string, string>>
 }
 
-/** What a handler returns: a reply, content, or an expected failure of the error table. */
-export type Outcome = Reply | Content | Failure
+/**
+ * What a handler may say beside its answer: headers the answer carries (RateLimit,
+ * Token-Expires), and facts for the request's log line and metrics.
+ */
+export type Beside = {
+  readonly headers?: Readonly<Record<string, string>>
+  /** The name of the token that authenticated the request. */
+  readonly tokenName?: string
+  /** A 503 for the database: why (counted by reason), and what happened, for the log line. */
+  readonly unavailable?: { readonly reason: UnavailableReason; readonly detail: string }
+}
 
-/** Per-request facts that end up in the request's log line. */
+/**
+ * What a handler returns: a reply, content, or an expected failure of the error table (a gap
+ * in the database included: 50301 with `unavailable`), with what it says beside.
+ */
+export type Outcome = (Reply | Content | Failure) & Beside
+
+/** What a handler is told of its request beside the request itself. */
 export type RequestContext = {
   readonly requestId: string
   /** `performance.now()` when the request's handling began: its deadlines count from here. */
   readonly receivedAt: number
-  tokenName: string | undefined
   /**
    * For a request sent with `Expect: 100-continue`: sends `100 Continue`. The body reader calls
    * it once every check before the body has passed, so a request refused by its headers gets
@@ -39,10 +54,8 @@ export type RequestContext = {
   readonly sendContinue: (() => void) | undefined
   /** The client's address (behind a trusted proxy, the one it forwarded). */
   readonly client: string | undefined
-  /** Headers a handler adds to its answer, such as RateLimit. */
-  responseHeaders: Record<string, string> | undefined
   /** The `:name` segments of the route's pattern, decoded (router.ts). */
-  params: Readonly<Record<string, string>>
+  readonly params: Readonly<Record<string, string>>
 }
 
 /** A route handler; it throws only for bugs and infrastructure faults. */

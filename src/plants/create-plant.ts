@@ -2,9 +2,9 @@ import type { IncomingMessage } from 'node:http'
 import { authenticate, expiryNotice } from '../auth/authenticate.ts'
 import type { TokenCache, TokenEntry } from '../auth/token-cache.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
-import { type Failure, tooMany } from '../http/errors.ts'
+import { type Failure, failure, tooMany } from '../http/errors.ts'
 import type { Buckets } from '../http/rate-limit.ts'
-import { type Handler, type RequestContext, reply } from '../http/types.ts'
+import { type Handler, type Outcome, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
 import { DatabaseUnavailable, isFailure } from '../outcome.ts'
 import { parseJsonBody } from './parse-json.ts'
@@ -84,14 +84,17 @@ export function createPlantHandler({
     }
     tokenUsed(token, now)
     const tokenName = token.name
-    ctx.tokenName = tokenName
-    ctx.responseHeaders = expiryNotice(token, now)
+    let headers = expiryNotice(token, now)
     if (tokenRate !== undefined) {
       const allowed = tokenRate.take(tokenName)
-      ctx.responseHeaders = { ...ctx.responseHeaders, ...rateLimitHeaders(tokenRate, tokenName) }
+      headers = { ...headers, ...rateLimitHeaders(tokenRate, tokenName) }
       if (!allowed) {
         const wait = tokenRate.retryAfter(tokenName)
-        return tooMany(42902, `this token's rate limit is reached; try again in ${wait} s`, wait)
+        return {
+          ...tooMany(42902, `this token's rate limit is reached; try again in ${wait} s`, wait),
+          headers,
+          tokenName,
+        }
       }
     }
 
@@ -103,9 +106,18 @@ export function createPlantHandler({
       ctx.receivedAt + databaseDeadlineMs,
     )
     createAnswered(outcomeLabel(ended))
-    if (ended instanceof DatabaseUnavailable) throw ended
-    return isFailure(ended) ? ended : reply(ended.plant)
+    return { ...answerOf(ended), ...(headers && { headers }), tokenName }
   }
+}
+
+/** The answer to how a create ended: the plant, its refusal, or a 503 for the database. */
+function answerOf(ended: CreateOutcome | Failure | DatabaseUnavailable): Outcome {
+  if (ended instanceof DatabaseUnavailable)
+    return {
+      ...failure(50301, 'the database is unavailable; try again shortly'),
+      unavailable: { reason: ended.reason, detail: ended.message },
+    }
+  return isFailure(ended) ? ended : reply(ended.plant)
 }
 
 /**
