@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { freePort } from '../src/db/embedded.ts'
+import { freePort } from '../src/db/start/embedded.ts'
 
 /** The project folder. */
 export const root = fileURLToPath(new URL('..', import.meta.url))

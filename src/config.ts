@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import { availableParallelism } from 'node:os'
 import * as v from 'valibot'
-import { hostUrls } from './db/database-url.ts'
+import { hostUrls } from './db/reach/url.ts'
 import { limits } from './limits.ts'
 import { logLevels } from './log.ts'
 

@@ -28,7 +28,7 @@ export type UnavailableReason = 'queue_full' | 'deadline' | 'database'
 /**
  * The one exception an answer expects: PostgreSQL cannot be reached or does not answer in time.
  * The store throws it; the HTTP adapter answers it 503 (50301). The rest of the database
- * vocabulary (what counts as unavailable, deadlines) is db/unavailable.ts.
+ * vocabulary (what counts as unavailable, deadlines) is db/reach/unavailable.ts.
  */
 export class DatabaseUnavailable extends Error {
   override name = 'DatabaseUnavailable'

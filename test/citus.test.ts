@@ -1,17 +1,17 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, type TestContext, test } from 'node:test'
 import postgres from 'postgres'
+import { nodeUrl } from '../src/db/node.ts'
+import { freePort } from '../src/db/start/embedded.ts'
+import { migrationNames } from '../src/db/start/migrate.ts'
+import { limits } from '../src/limits.ts'
+import { DatabaseUnavailable } from '../src/outcome.ts'
 import {
   hashInt8,
-  nodeUrl,
   plantsShardCount,
   shardPlacements,
   splitByPlacement,
-} from '../src/db/citus.ts'
-import { freePort } from '../src/db/embedded.ts'
-import { migrationNames } from '../src/db/migrate.ts'
-import { limits } from '../src/limits.ts'
-import { DatabaseUnavailable } from '../src/outcome.ts'
+} from '../src/plants/citus.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { runNpm } from './helpers/cli.ts'
 import { driveCreates, lostAcknowledgements } from './helpers/drive.ts'

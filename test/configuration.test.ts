@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { availableParallelism } from 'node:os'
 import { describe, test } from 'node:test'
 import { ConfigError, connectionsForFileLimit, parseConfig } from '../src/config.ts'
-import { describeDatabase, hostUrls } from '../src/db/database-url.ts'
+import { describeDatabase, hostUrls } from '../src/db/reach/url.ts'
 import { runMain } from './helpers/cli.ts'
 
 describe('configuration', () => {

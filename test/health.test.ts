@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { migrate } from '../src/db/migrate.ts'
+import { migrate } from '../src/db/start/migrate.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { startTestServer } from './helpers/server.ts'
 

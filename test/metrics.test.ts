@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { tokenDigest } from '../src/auth/tokens.ts'
-import { freePort } from '../src/db/embedded.ts'
+import { freePort } from '../src/db/start/embedded.ts'
 import { shared } from '../src/metrics/cluster.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { parseConfig } from '../src/config.ts'
-import { freePort } from '../src/db/embedded.ts'
+import { freePort } from '../src/db/start/embedded.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { runNpm } from './helpers/cli.ts'
@@ -90,7 +90,7 @@ describe('npm run migrate and npm run token on every documented database', () =>
       assert.match(
         ours[0] ?? '',
         new RegExp(
-          `^plant-store: cannot use the database at .+: no writable server among the hosts \\(127\\.0\\.0\\.1:${standby.port} is read-only; 127\\.0\\.0\\.1:${closed}: .+\\)$`,
+          `^plant-store: cannot use the database at .+: no writable server among the hosts \\(127\\.0\\.0\\.1:${standby.port} does not take writes; 127\\.0\\.0\\.1:${closed}: .+\\)$`,
         ),
       )
     }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { openStatementSlots } from '../src/db/slots.ts'
+import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { limits as contractLimits } from '../src/limits.ts'
 import { DatabaseUnavailable } from '../src/outcome.ts'
 import {

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process'
 import { readdir, rm } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { startEmbedded } from '../src/db/embedded.ts'
+import { startEmbedded } from '../src/db/start/embedded.ts'
 import { createLog } from '../src/log.ts'
 import { makeTempDir } from './helpers/temp-dir.ts'
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { openStatementSlots } from '../src/db/slots.ts'
+import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
 

@@ -184,7 +184,7 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('a lost notification is made up by the periodic reload', async () => {
     const { createTokenCache } = await import('../src/auth/token-cache.ts')
-    const { createSql } = await import('../src/db/sql.ts')
+    const { createSql } = await import('../src/db/reach/sql.ts')
     const { quietLog } = await import('./helpers/database.ts')
     const sql = createSql(s.db.url, quietLog)
     after(() => sql.end())

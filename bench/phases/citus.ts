@@ -1,7 +1,7 @@
 import os from 'node:os'
 import postgres, { type Sql } from 'postgres'
 import { createToken } from '../../src/auth/token-repository.ts'
-import { migrate } from '../../src/db/migrate.ts'
+import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { isFailure } from '../../src/outcome.ts'

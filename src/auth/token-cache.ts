@@ -1,5 +1,5 @@
 import type { Sql } from 'postgres'
-import { withDeadline } from '../db/unavailable.ts'
+import { withDeadline } from '../db/reach/unavailable.ts'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { tokenDigest } from './tokens.ts'

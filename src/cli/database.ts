@@ -1,8 +1,8 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.ts'
-import { migrate } from '../db/migrate.ts'
-import { cannotUse, openDatabase, sessionsOf } from '../db/open.ts'
-import { createSql } from '../db/sql.ts'
+import { createSql } from '../db/reach/sql.ts'
+import { migrate } from '../db/start/migrate.ts'
+import { cannotUse, openDatabase, sessionsOf } from '../db/start/open.ts'
 import type { Log } from '../log.ts'
 
 /**

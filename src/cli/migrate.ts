@@ -1,6 +1,6 @@
 import process from 'node:process'
 import type { Config } from '../config.ts'
-import { migrate } from '../db/migrate.ts'
+import { migrate } from '../db/start/migrate.ts'
 import type { Log } from '../log.ts'
 import { onWritableDatabase } from './database.ts'
 

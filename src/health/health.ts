@@ -1,4 +1,4 @@
-import { migrationNames, migrationsTable } from '../db/migrate.ts'
+import { migrationNames, migrationsTable } from '../db/start/migrate.ts'
 import { failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
 import type { Log } from '../log.ts'

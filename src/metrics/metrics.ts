@@ -7,7 +7,7 @@ import {
   Histogram,
   Registry,
 } from 'prom-client'
-import { type ResendReason, resendReasons } from '../db/unavailable.ts'
+import { type ResendReason, resendReasons } from '../db/reach/unavailable.ts'
 import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
 import type { UnavailableReason } from '../outcome.ts'

@@ -4,7 +4,7 @@ import {
   type ResendReason,
   resendReason,
   translateUnavailable,
-} from '../db/unavailable.ts'
+} from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 

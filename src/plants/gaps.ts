@@ -1,4 +1,4 @@
-import type { ResendReason } from '../db/unavailable.ts'
+import type { ResendReason } from '../db/reach/unavailable.ts'
 import { describeError, type Log } from '../log.ts'
 import type { BatchHooks } from './batcher.ts'
 

@@ -1,10 +1,10 @@
 import type { Sql } from 'postgres'
-import { type Placement, splitByPlacement, type WriteShape } from '../db/citus.ts'
-import type { StatementSlot } from '../db/slots.ts'
+import type { StatementSlot } from '../db/reach/slots.ts'
 import { type Failure, failure } from '../http/errors.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 import { type BatchHooks, type BatchLimits, createBatcher } from './batcher.ts'
+import { type Placement, splitByPlacement, type WriteShape } from './citus.ts'
 import type { NewPlant, Plant } from './schema.ts'
 
 export type { BatchLimits } from './batcher.ts'

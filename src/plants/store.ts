@@ -1,9 +1,10 @@
-import { nodeUrl, type WritePath } from '../db/citus.ts'
-import { openStatementSlots } from '../db/slots.ts'
-import { leaveReadOnlyServer } from '../db/sql.ts'
+import { nodeUrl } from '../db/node.ts'
+import { openStatementSlots } from '../db/reach/slots.ts'
+import { leaveReadOnlyServer } from '../db/reach/sql.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { queueFull } from './batcher.ts'
+import type { WritePath } from './citus.ts'
 import { type GapMetrics, gapHooks } from './gaps.ts'
 import {
   type BatchLimits,

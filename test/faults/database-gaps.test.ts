@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
-import { migrate } from '../../src/db/migrate.ts'
+import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase, quietLog } from '../helpers/database.ts'
 import { type Drive, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { freePort } from '../../src/db/embedded.ts'
+import { freePort } from '../../src/db/start/embedded.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'

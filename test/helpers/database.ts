@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import postgres, { type Sql } from 'postgres'
-import { migrate } from '../../src/db/migrate.ts'
+import { migrate } from '../../src/db/start/migrate.ts'
 import { createLog } from '../../src/log.ts'
 
 /** Where cleanups are registered: node:test's `after`, or a test context. */

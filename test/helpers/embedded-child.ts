@@ -1,6 +1,6 @@
 // Starts an embedded PostgreSQL in the folder given as argument, prints its URL, and waits to be
 // killed: the orphan that a SIGKILLed service leaves behind. Exits non-zero if the start fails.
-import { startEmbedded } from '../../src/db/embedded.ts'
+import { startEmbedded } from '../../src/db/start/embedded.ts'
 import { createLog } from '../../src/log.ts'
 
 const dir = process.argv[2]

@@ -1,15 +1,14 @@
 import { fileURLToPath } from 'node:url'
-import type { Config } from '../config.ts'
-import { limits } from '../limits.ts'
-import { describeError, type Log } from '../log.ts'
-import { type CitusNode, citusNodeOf } from './citus.ts'
-import { describeDatabase, hostUrls } from './database-url.ts'
+import type { Config } from '../../config.ts'
+import { describeError, type Log } from '../../log.ts'
+import { type CitusNode, citusNodeOf } from '../node.ts'
+import { writableUrl as writableHostUrl } from '../reach/hosts.ts'
+import { describeDatabase } from '../reach/url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
-import { isWritableHost } from './hosts.ts'
 import { migrate, pendingMigrations } from './migrate.ts'
 
 /** The project folder's `.data/`, home of the embedded database and the dev token. */
-export const defaultDataDir = fileURLToPath(new URL('../../.data/', import.meta.url))
+export const defaultDataDir = fileURLToPath(new URL('../../../.data/', import.meta.url))
 
 /** The database this process uses: `DATABASE_URL`, or the embedded one under the data folder. */
 export async function openDatabase(
@@ -54,14 +53,14 @@ export async function sessionsOf(
   if (db.owned) return { url: db.url, writableUrl: db.url, citusWorker: false }
   const directSessions = async (url: string): Promise<Sessions> => ({
     url,
-    writableUrl: await primaryUrl(url),
+    writableUrl: await writableHostUrl(url),
     citusWorker: false,
   })
   if (direct !== undefined && config.poolMode === 'transaction') return directSessions(direct)
   let writableUrl: string
   let node: CitusNode | undefined
   try {
-    writableUrl = await primaryUrl(db.url)
+    writableUrl = await writableHostUrl(db.url)
     node = await citusNodeOf(writableUrl, log)
   } catch (err) {
     throw direct === undefined ? err : new DatabaseUrlFailure(err)
@@ -83,7 +82,7 @@ export async function sessionsOf(
       )
     return {
       url: sessions,
-      writableUrl: await primaryUrl(sessions),
+      writableUrl: await writableHostUrl(sessions),
       citusWorker: true,
       citusGroup: node.group,
     }
@@ -148,26 +147,4 @@ export function cannotUse(config: Config, db: EmbeddedDatabase, err: unknown): E
     `cannot use the database at ${describeDatabase(failed)}: ${describeError(err)}`,
     { cause: err },
   )
-}
-
-/**
- * The URL of the one writable server of a URL with several hosts (the first that is neither in
- * recovery nor read-only), for tools that take one host, such as node-pg-migrate. A URL with one
- * host is returned as it is.
- */
-export async function primaryUrl(text: string): Promise<string> {
-  const urls = hostUrls(text)
-  if (urls === undefined || urls.length < 2) return text
-  const problems: string[] = []
-  for (const url of urls) {
-    url.searchParams.delete('target_session_attrs')
-    try {
-      // The connector's own question, with the URL's TLS settings.
-      if (await isWritableHost(url, limits.database.connect)) return url.toString()
-      problems.push(`${url.host} is read-only`)
-    } catch (err) {
-      problems.push(`${url.host}: ${describeError(err)}`)
-    }
-  }
-  throw new Error(`no writable server among the hosts (${problems.join('; ')})`)
 }

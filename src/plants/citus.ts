@@ -1,9 +1,7 @@
 import type { Sql } from 'postgres'
+import { withDeadline } from '../db/reach/unavailable.ts'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
-import { hostUrls } from './database-url.ts'
-import { createSql } from './sql.ts'
-import { connectFailure, withDeadline } from './unavailable.ts'
 
 /**
  * The statement a batch of creates is sent as. `unnest`: one `INSERT … SELECT FROM unnest(…)`,
@@ -258,62 +256,4 @@ export function splitByPlacement<T>(
     else parts.push([...shards.values()].flat())
   }
   return parts
-}
-
-/** What a node of a Citus cluster is, as its own metadata says; `undefined`: no Citus here. */
-export type CitusNode =
-  | { readonly role: 'coordinator' }
-  | {
-      readonly role: 'worker'
-      /** Its own group in pg_dist_node. */
-      readonly group: number
-      /**
-       * The coordinator (`host:port`) and its URL, `url` with the host and port of pg_dist_node's
-       * group 0; undefined where its metadata names none.
-       */
-      readonly coordinator?: { readonly node: string; readonly url: string }
-    }
-
-/**
- * The URL of another node of the cluster: the first host of `url` with the host and port
- * pg_dist_node names it by (`host:port`), the same database, user and settings.
- */
-export function nodeUrl(url: string, node: string): string {
-  const first = hostUrls(url)?.[0]
-  if (first === undefined) throw new Error('the database URL cannot be read')
-  const at = node.lastIndexOf(':')
-  const host = node.slice(0, at)
-  first.hostname = host.includes(':') ? `[${host}]` : host
-  first.port = node.slice(at + 1)
-  first.searchParams.delete('target_session_attrs')
-  return first.toString()
-}
-
-/**
- * Asks the server at `url` whether it is a Citus node, and which. A worker with synced metadata
- * (Citus 11+) runs distributed INSERT and SELECT itself, but DDL, `api_tokens` and the
- * migrations table live on the coordinator, which its metadata names.
- */
-export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | undefined> {
-  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store probe' })
-  try {
-    const [ext] = await sql<{ citus: boolean }[]>`
-      select exists (select from pg_extension where extname = 'citus') as citus`.catch(
-      // Said as the migrations say it: the first connection of a start is this one.
-      (err: unknown) => {
-        throw connectFailure(err)
-      },
-    )
-    if (!ext?.citus) return undefined
-    const [row] = await sql<{ group: number; host: string | null; port: number | null }[]>`
-      select g.groupid as group, n.nodename as host, n.nodeport as port
-      from pg_dist_local_group g
-        left join pg_dist_node n on n.groupid = 0 and n.noderole = 'primary'`
-    if (row === undefined || row.group === 0) return { role: 'coordinator' }
-    if (row.host === null || row.port === null) return { role: 'worker', group: row.group }
-    const node = `${row.host}:${row.port}`
-    return { role: 'worker', group: row.group, coordinator: { node, url: nodeUrl(url, node) } }
-  } finally {
-    await sql.end({ timeout: 5 })
-  }
 }

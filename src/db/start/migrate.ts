@@ -2,13 +2,13 @@ import { readdirSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
-import { limits } from '../limits.ts'
-import { createLog, type Log } from '../log.ts'
-import { createSql } from './sql.ts'
-import { connectFailure } from './unavailable.ts'
+import { limits } from '../../limits.ts'
+import { createLog, type Log } from '../../log.ts'
+import { createSql } from '../reach/sql.ts'
+import { connectFailure } from '../reach/unavailable.ts'
 
 /** The folder of the plain-SQL migrations. */
-export const migrationsDir = fileURLToPath(new URL('../../migrations/', import.meta.url))
+export const migrationsDir = fileURLToPath(new URL('../../../migrations/', import.meta.url))
 
 /** The table in which node-pg-migrate records the migrations it ran. */
 export const migrationsTable = 'pgmigrations'

@@ -1,7 +1,9 @@
 import postgres, { type Sql } from 'postgres'
-import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
-import { hostConnector, type OpenSocket, singleHostUrl, withoutTlsParameters } from './hosts.ts'
+import { limits } from '../../limits.ts'
+import type { Log } from '../../log.ts'
+import { hostConnector, type OpenSocket } from './hosts.ts'
+import { withoutTlsParameters } from './tls.ts'
+import { singleHostUrl } from './url.ts'
 
 // The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
 // no array type, so these two are declared here.

@@ -30,3 +30,18 @@ export function describeDatabase(text: string): string {
   const hosts = urls.map((u) => `${u.hostname}:${u.port || '5432'}`).join(',')
   return `${hosts}${first.pathname} as ${decodeURIComponent(first.username) || 'the default user'}`
 }
+
+/** The hosts of a URL, each as a one-host URL without `target_session_attrs`. */
+export function hostsOf(url: string): URL[] {
+  const urls = hostUrls(url) ?? []
+  for (const u of urls) u.searchParams.delete('target_session_attrs')
+  return urls
+}
+
+/** The URL with its first host only, for the driver, which `hostConnector` opens sockets for. */
+export function singleHostUrl(url: string): string {
+  const m = pattern.exec(url)
+  if (!m) return url
+  const [, protocol, userinfo, hosts = '', rest = ''] = m
+  return `${protocol}//${userinfo === undefined ? '' : `${userinfo}@`}${hosts.split(',')[0]}${rest}`
+}

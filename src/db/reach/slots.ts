@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net'
 import type { Sql } from 'postgres'
-import type { Log } from '../log.ts'
+import type { Log } from '../../log.ts'
 import { hostConnector } from './hosts.ts'
 import { createSql, type SqlOptions } from './sql.ts'
 
