@@ -294,7 +294,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const token = await tokenFor(cluster.sql, s.base, 'two-processes-on-a-worker')
     const statuses = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
-        post(s.base, token, { id: 9_400_000_000 + i, name: 'two processes' }).then((r) => r.status),
+        post(s.base, token, { id: 9_410_000_000 + i, name: 'two processes' }).then((r) => r.status),
       ),
     )
     assert.deepEqual(new Set(statuses), new Set([200]), JSON.stringify(statuses))
