@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { after, before, describe, type TestContext, test } from 'node:test'
 import postgres from 'postgres'
 import { nodeUrl } from '../src/db/node.ts'
@@ -13,10 +15,15 @@ import {
   splitByPlacement,
 } from '../src/plants/citus.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
-import { runNpm } from './helpers/cli.ts'
+import { projectDir, runNpm } from './helpers/cli.ts'
 import { driveCreates, lostAcknowledgements } from './helpers/drive.ts'
 import { type Partition, partition, partitionUnavailable } from './helpers/partition.ts'
-import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
+import {
+  connectionsTo,
+  type ServiceProcess,
+  startServiceProcess,
+  tokenFor,
+} from './helpers/process.ts'
 import { startTestServer } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -281,6 +288,42 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       ),
       JSON.stringify(s.lines.map((l) => l.message)),
     )
+  })
+
+  test('an instance on a worker holds at most 3 connections on the coordinator and 1 on each worker under load, as docs/scaling.md counts them', async () => {
+    const worker = cluster.workers[0]
+    assert.ok(worker)
+    const s = await startServiceProcess('node', { DATABASE_URL: worker.url }, { after })
+    const pid = s.child.pid
+    assert.ok(pid)
+    const token = await tokenFor(cluster.sql, s.base, 'counted-connections')
+    const nodes = [cluster.coordinator, ...cluster.workers]
+    const most = nodes.map(() => 0)
+    const sample = () =>
+      nodes.forEach((n, i) => {
+        most[i] = Math.max(most[i] ?? 0, connectionsTo(pid, n.port))
+      })
+    const sampler = setInterval(sample, 25)
+    const drive = driveCreates(s.base, token, { concurrency: 8 })
+    // Token loads on the pool beside the creates: a notification, then a reload, twice.
+    for (const name of ['counted-a', 'counted-b']) {
+      await tokenFor(cluster.sql, s.base, name)
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    await drive.stop()
+    clearInterval(sampler)
+    sample()
+    assert.ok((drive.statuses.get(200) ?? 0) > 100, JSON.stringify([...drive.statuses]))
+    const [coordinator, ...workers] = most
+    // The token pool (at most 2) and the LISTEN; no statement slot: the creates go to workers.
+    assert.ok(
+      coordinator !== undefined && coordinator >= 1 && coordinator <= 3,
+      `coordinator: ${coordinator}`,
+    )
+    assert.deepEqual(workers, [1, 1], 'one statement slot on each worker')
+    const doc = readFileSync(join(projectDir, 'docs', 'scaling.md'), 'utf8')
+    assert.match(doc, /\| the coordinator \| 3 × M /)
+    assert.match(doc, /\| each worker \| M \|/)
   })
 
   test('WORKERS=2 on a worker: the primary reads the tokens on the coordinator, and both workers take a new token and store creates', async () => {

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process'
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
 import type { Sql } from 'postgres'
 import { createToken } from '../../src/auth/token-repository.ts'
 import { isFailure } from '../../src/outcome.ts'
@@ -75,4 +76,30 @@ export async function tokenFor(
     return res.status !== 401
   })
   return token
+}
+
+/**
+ * The TCP connections a process holds, established, to `port` on this machine (Linux: its file
+ * descriptors' sockets, looked up in /proc/net/tcp and tcp6).
+ */
+export function connectionsTo(pid: number, port: number): number {
+  const inodes = new Set<string>()
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))
+      if (m?.[1]) inodes.add(m[1])
+    } catch {
+      // closed meanwhile
+    }
+  }
+  let count = 0
+  for (const table of ['tcp', 'tcp6']) {
+    for (const line of readFileSync(`/proc/${pid}/net/${table}`, 'utf8').split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/)
+      // local_address rem_address st … inode (the tenth field)
+      const remotePort = Number.parseInt(f[2]?.split(':')[1] ?? '', 16)
+      if (f[3] === '01' && remotePort === port && inodes.has(f[9] ?? '')) count++
+    }
+  }
+  return count
 }
