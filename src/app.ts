@@ -13,7 +13,7 @@ import type { Metrics } from './metrics/metrics.ts'
 import { buildOpenApiDocument } from './openapi/document.ts'
 import { createDocsRoutes } from './openapi/reference-page.ts'
 import { createPlantHandler } from './plants/create-plant.ts'
-import type { PlantStore } from './plants/repository.ts'
+import type { PlantStore } from './plants/store.ts'
 
 /** The settings the HTTP application reads. */
 export type AppSettings = Pick<

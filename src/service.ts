@@ -9,8 +9,7 @@ import { limits } from './limits.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
 import { followWritePath } from './plants/citus.ts'
-import type { BatchLimits, PlantStore } from './plants/repository.ts'
-import { openPlantStore } from './plants/store.ts'
+import { type BatchLimits, openPlantStore, type PlantStore } from './plants/store.ts'
 
 /** A running service. */
 export type Service = {

@@ -3,13 +3,10 @@ import { after, describe, test } from 'node:test'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { limits as contractLimits } from '../src/limits.ts'
 import { DatabaseUnavailable } from '../src/outcome.ts'
-import {
-  type BatchLimits,
-  type CreateOutcome,
-  createPlantRepository,
-  type PlantStore,
-} from '../src/plants/repository.ts'
+import type { CreateOutcome } from '../src/plants/batch-sql.ts'
+import { type BatchLimits, batchOnSlots } from '../src/plants/batcher.ts'
 import type { NewPlant } from '../src/plants/schema.ts'
+import type { PlantStore } from '../src/plants/store.ts'
 import { createTestDatabase, quietLog, type TestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
@@ -20,7 +17,7 @@ const db = await createTestDatabase({ after })
 function storeOn(url: string, limits: BatchLimits = contractLimits.batch): PlantStore {
   const slots = openStatementSlots(url, quietLog, limits.maxInFlight)
   after(() => Promise.all(slots.map((slot) => slot.end())))
-  return createPlantRepository(slots, limits)
+  return batchOnSlots(slots, limits, () => ({ shape: 'unnest' }))
 }
 
 const plant = (id: bigint, name: string, tag?: string): NewPlant =>

@@ -3,7 +3,7 @@ import { failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
 import type { Log } from '../log.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
-import type { PlantStore } from '../plants/repository.ts'
+import type { PlantStore } from '../plants/store.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
 export const healthz: Handler = () => reply({ status: 'ok' })

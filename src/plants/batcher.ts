@@ -1,3 +1,5 @@
+import type { Sql } from 'postgres'
+import type { StatementSlot } from '../db/reach/slots.ts'
 import {
   isConnectionLost,
   isUnavailable,
@@ -7,6 +9,8 @@ import {
 } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
+import { type BatchPath, type CreateOutcome, type NewRow, storeBatch } from './batch-sql.ts'
+import type { NewPlant } from './schema.ts'
 
 /** How items are grouped into statements. */
 export type BatchLimits = {
@@ -47,6 +51,11 @@ export type BatchHooks = {
   readonly heldEnded?: (outcome: 'answered' | 'unavailable', seconds: number) => void
   /** An item was answered unavailable at its deadline, held or never sent. */
   readonly expired?: () => void
+  /**
+   * Items waiting in other batchers that share this one's `maxQueued` (an instance on a Citus
+   * worker has one batcher per worker, and one limit): counted with its own queue.
+   */
+  readonly waitingElsewhere?: () => number
 }
 
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
@@ -81,7 +90,7 @@ type Pending<I, O> = {
 }
 
 /** The refusal of an item past `maxQueued` waiting (503, `queue_full`). */
-export const queueFull = (maxQueued: number) =>
+const queueFull = (maxQueued: number) =>
   new DatabaseUnavailable(`more than ${maxQueued} creates are waiting`, { reason: 'queue_full' })
 
 const pastDeadline = (lastReason?: ResendReason) =>
@@ -122,6 +131,7 @@ export function createBatcher<I, O>(
     through = () => {},
     heldEnded = () => {},
     expired = () => {},
+    waitingElsewhere = () => 0,
   }: BatchHooks = {},
 ): Batcher<I, O> {
   // Waiting items, in the order of their deadlines.
@@ -204,7 +214,8 @@ export function createBatcher<I, O>(
     for (const p of merged) queue.push(p)
     // The held go ahead of the rest; the latest of those, past the limit, are refused as a full
     // queue refuses (never sent), so that no more than `maxQueued` ever wait.
-    for (const p of queue.splice(limits.maxQueued)) fail(p, queueFull(limits.maxQueued))
+    const room = Math.max(0, limits.maxQueued - waitingElsewhere())
+    for (const p of queue.splice(room)) fail(p, queueFull(limits.maxQueued))
     rewatchQueue()
   }
 
@@ -403,7 +414,9 @@ export function createBatcher<I, O>(
   }
 
   function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
-    if (queue.length >= limits.maxQueued) return Promise.reject(queueFull(limits.maxQueued))
+    // The one check of the limit on items waiting, whichever batcher of the instance they wait in.
+    if (queue.length + waitingElsewhere() >= limits.maxQueued)
+      return Promise.reject(queueFull(limits.maxQueued))
     return new Promise<O>((resolve, reject) => {
       enqueue({ item, expiresAt, resolve, reject, done: false })
       schedule()
@@ -419,5 +432,67 @@ export function createBatcher<I, O>(
       inFlight: limits.maxInFlight - free.length,
       oldestMs: oldestMs(),
     }),
+  })
+}
+
+/** What `batchOnSlots` hears besides the batcher's hooks it answers itself. */
+export type SlotHooks = Omit<
+  BatchHooks,
+  'stuck' | 'stuckAfterMs' | 'readOnly' | 'connectionLost'
+> & {
+  /** A write met a read-only server (25006) through `sql`, which is still connected to it. */
+  readonly readOnly?: (sql: Sql) => void
+  /** A slot's connection was cut loose: no answer for `ms`. */
+  readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
+}
+
+/**
+ * Creates batched onto statement slots: the creates that arrive while statements are in flight
+ * are coalesced into one batch (one commit for all of them), yet each gets its own outcome:
+ * created, retry or conflict. Each statement in flight has a slot, a connection of its own; one
+ * with no answer past the request deadline (a partition: nothing will come until the kernel
+ * gives up, minutes later) is cut loose, and the slot reconnects; one whose connection was lost
+ * starts again with a new pool, so that nothing the driver kept of the old one outlives it.
+ * `path` says how a batch is sent, read once for each batch.
+ */
+export function batchOnSlots(
+  slots: readonly StatementSlot[],
+  limits: BatchLimits,
+  path: () => BatchPath,
+  { cutLoose = () => {}, readOnly = () => {}, ...hooks }: SlotHooks = {},
+) {
+  if (slots.length < limits.maxInFlight)
+    throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
+  const slotSql = (slot: number): Sql => {
+    const s = slots[slot]
+    if (s === undefined) throw new Error(`no statement slot ${slot}`)
+    return s.sql
+  }
+  const stuckAfterMs = contractLimits.database.cutLoose
+  const batcher = createBatcher(
+    (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path()),
+    limits,
+    {
+      ...hooks,
+      readOnly: (slot) => readOnly(slotSql(slot)),
+      stuckAfterMs,
+      stuck(slot) {
+        const reason = new DatabaseUnavailable(
+          `no answer from the database for ${stuckAfterMs} ms; the connection was closed`,
+        )
+        const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
+        cutLoose(slot, stuckAfterMs, sockets)
+      },
+      connectionLost(slot) {
+        slots[slot]?.cut(new DatabaseUnavailable('the connection was lost'))
+      },
+    },
+  )
+  return Object.freeze({
+    create: (plant: NewPlant, createdBy: string, expiresAt?: number): Promise<CreateOutcome> =>
+      batcher.submit({ plant, createdBy }, expiresAt),
+    probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number): Promise<T> =>
+      batcher.probe((slot) => work(slotSql(slot)), expiresAt),
+    load: batcher.load,
   })
 }

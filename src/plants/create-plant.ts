@@ -7,9 +7,10 @@ import type { Buckets } from '../http/rate-limit.ts'
 import { type Handler, type Outcome, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
 import { DatabaseUnavailable, isFailure } from '../outcome.ts'
+import type { CreateOutcome } from './batch-sql.ts'
 import { parseJsonBody } from './parse-json.ts'
-import type { CreateOutcome, PlantStore } from './repository.ts'
 import { type NewPlant, validateNewPlant } from './schema.ts'
+import type { PlantStore } from './store.ts'
 
 /** Dependencies of `POST /plants`. */
 export type CreatePlantDeps = {

@@ -2,7 +2,7 @@ import { createToken } from '../../src/auth/token-repository.ts'
 import { parseConfig } from '../../src/config.ts'
 import { createLog } from '../../src/log.ts'
 import { isFailure } from '../../src/outcome.ts'
-import type { BatchLimits } from '../../src/plants/repository.ts'
+import type { BatchLimits } from '../../src/plants/store.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { type Cleanup, createTestDatabase, type TestDatabase } from './database.ts'
 

@@ -1,36 +1,22 @@
 import type { Sql } from 'postgres'
-import type { StatementSlot } from '../db/reach/slots.ts'
 import { type Failure, failure } from '../http/errors.ts'
-import { limits as contractLimits } from '../limits.ts'
-import { DatabaseUnavailable } from '../outcome.ts'
-import { type BatchHooks, type BatchLimits, createBatcher } from './batcher.ts'
 import { type Placement, splitByPlacement, type WriteShape } from './citus.ts'
 import type { NewPlant, Plant } from './schema.ts'
 
-export type { BatchLimits } from './batcher.ts'
+// The SQL of a batch of creates: one statement (or, on Citus, one per worker or shard) for all
+// of them, and each create's own outcome decided from what the table holds.
 
 /** The outcome of a create: stored now, an identical retry, or a conflicting id (40009). */
 export type CreateOutcome = { kind: 'created' | 'retry'; plant: Plant } | Failure
 
-/** What the HTTP layer needs of plant storage. */
-export type PlantStore = {
-  /**
-   * Stores the plant, or recognises a retry; resolves only after the commit. At `expiresAt` (a
-   * `performance.now()` time) it rejects as unavailable (deadline), whether its statement is in
-   * flight or not yet sent; one not yet sent is then dropped, never sent.
-   */
-  readonly create: (
-    plant: NewPlant,
-    createdBy: string,
-    expiresAt?: number,
-  ) => Promise<CreateOutcome>
-  /**
-   * Runs `work` through the creates' own slots and connections, ahead of the creates waiting:
-   * whether statements get through now (readiness). Rejects as unavailable at `expiresAt`.
-   */
-  readonly probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number) => Promise<T>
-  /** Creates waiting for a statement, statements in flight, and the oldest one's age in ms. */
-  readonly load: () => { queued: number; inFlight: number; oldestMs: number }
+/**
+ * How a batch is sent: `unnest` (plain PostgreSQL) or `values`; with `placementOf` (where an
+ * id's row lives on Citus) split into one statement per worker or shard (`splitByPlacement`),
+ * without it one statement for the whole batch (all its rows on one worker, or not on Citus).
+ */
+export type BatchPath = {
+  readonly shape: WriteShape
+  readonly placementOf?: ((id: bigint) => Placement) | undefined
 }
 
 /** One create as the batch statement takes it. */
@@ -98,18 +84,19 @@ async function insertRouted(
 }
 
 /**
- * Stores a batch of creates, each with its own outcome. Inserts the first create of each id in
+ * Stores a batch of creates, each with its own outcome, sent as `path` says (read once for the
+ * batch by its caller). Inserts the first create of each id in
  * one statement; the ids that were not inserted are then read in a second statement, whose fresh
  * snapshot also sees rows that concurrent transactions committed while the insert waited for
  * them. Later creates of an id in the same batch are decided against what the id ends up
  * holding: retry or 40009.
  */
-export async function storePlants(
+export async function storeBatch(
   sql: Sql,
   batch: readonly NewRow[],
-  shape: WriteShape = 'unnest',
-  placementOf?: (id: bigint) => Placement,
+  path: BatchPath,
 ): Promise<(CreateOutcome | Error)[]> {
+  const { shape, placementOf } = path
   const first = new Map<string, NewRow>()
   for (const row of batch) {
     const key = row.plant.id.toString()
@@ -153,7 +140,7 @@ export async function storePlants(
       const row = stored.get(key)
       // Neither inserted nor found: deleted in between; try that create again on its own.
       if (row === undefined) {
-        const [again] = await storePlants(sql, [r], shape, placementOf)
+        const [again] = await storeBatch(sql, [r], path)
         if (again === undefined) throw new Error('a create got no outcome')
         return again
       }
@@ -162,81 +149,4 @@ export async function storePlants(
       return decideExisting(r.plant, row)
     }),
   )
-}
-
-/** What the store tells the rest of the service (the batcher's hooks, less its own). */
-export type StoreHooks = Omit<
-  BatchHooks,
-  'stuck' | 'stuckAfterMs' | 'readOnly' | 'connectionLost'
-> & {
-  /** A write met a read-only server (25006) through `sql`, which is still connected to it. */
-  readonly readOnly?: (sql: Sql) => void
-  /** A slot's connection was cut loose: no answer for `ms`. */
-  readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
-  /**
-   * How batches are sent, read for each statement (`plantsWritePath`): unnest unless Citus
-   * distributes plants; then VALUES, per worker or per shard by where each id's row lives.
-   */
-  readonly writePath?: () => {
-    readonly shape: WriteShape
-    readonly placementOf?: (id: bigint) => Placement
-  }
-}
-
-/**
- * The PostgreSQL plant store: creates that arrive while statements are in flight are coalesced
- * into one multi-row statement (one commit for all of them), yet each request gets its own
- * outcome: created, retry or conflict. Each statement in flight has a slot, a connection of its
- * own; one with no answer past the request deadline (a partition: nothing will come until the
- * kernel gives up, minutes later) is cut loose, and the slot reconnects.
- */
-export function createPlantRepository(
-  slots: readonly StatementSlot[],
-  limits: BatchLimits = contractLimits.batch,
-  {
-    cutLoose = () => {},
-    readOnly = () => {},
-    writePath = () => ({ shape: 'unnest' as const }),
-    ...hooks
-  }: StoreHooks = {},
-): PlantStore {
-  if (slots.length < limits.maxInFlight)
-    throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
-  const slotSql = (slot: number): Sql => {
-    const s = slots[slot]
-    if (s === undefined) throw new Error(`no statement slot ${slot}`)
-    return s.sql
-  }
-  const stuckAfterMs = contractLimits.database.cutLoose
-  const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) => {
-      const { shape, placementOf } = writePath()
-      return storePlants(slotSql(slot), batch, shape, placementOf)
-    },
-    limits,
-    {
-      ...hooks,
-      readOnly: (slot) => readOnly(slotSql(slot)),
-      stuckAfterMs,
-      stuck(slot) {
-        const reason = new DatabaseUnavailable(
-          `no answer from the database for ${stuckAfterMs} ms; the connection was closed`,
-        )
-        const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
-        cutLoose(slot, stuckAfterMs, sockets)
-      },
-      // A slot whose connection was lost starts again with a new pool, so no state the driver
-      // kept from the old connection (a dying socket, queries parked on it) can outlive it.
-      connectionLost(slot) {
-        slots[slot]?.cut(new DatabaseUnavailable('the connection was lost'))
-      },
-    },
-  )
-  return Object.freeze({
-    create: (plant: NewPlant, createdBy: string, expiresAt?: number) =>
-      batcher.submit({ plant, createdBy }, expiresAt),
-    probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number) =>
-      batcher.probe((slot) => work(slotSql(slot)), expiresAt),
-    load: batcher.load,
-  })
 }
