@@ -1,41 +1,123 @@
 import assert from 'node:assert/strict'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
-import { join, relative } from 'node:path'
+import { dirname, join, normalize, relative } from 'node:path'
 import { describe, test } from 'node:test'
 import { projectDir } from './helpers/cli.ts'
 
-// docs/development.md, "The tests of each module": a row for every module of src/, each naming
-// test files that exist.
+// docs/development.md, "The tests of each module": a row for every module of src/, every test
+// file in a row, and each row naming tests that can check its module.
 
-function modules(dir: string): string[] {
+const src = join(projectDir, 'src')
+const testDir = join(projectDir, 'test')
+
+function filesUnder(dir: string, suffix: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
     e.isDirectory()
-      ? modules(join(dir, e.name))
-      : e.name.endsWith('.ts')
-        ? [relative(join(projectDir, 'src'), join(dir, e.name))]
+      ? filesUnder(join(dir, e.name), suffix)
+      : e.name.endsWith(suffix)
+        ? [join(dir, e.name)]
         : [],
   )
 }
 
-describe('the map from modules to their tests (docs/development.md)', () => {
-  test('every module of src/ has a row, and every test file a row names exists', () => {
-    const text = readFileSync(join(projectDir, 'docs', 'development.md'), 'utf8')
-    const rows = new Map(
-      [...text.matchAll(/^\| `([^`]+\.ts)` \| (.+) \|$/gm)].map((m) => [
+/** The files a file imports by a relative path, as absolute paths. */
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, 'utf8')
+  return [...text.matchAll(/(?:from|import)\s*\(?\s*['"](\.{1,2}\/[^'"]+)['"]/g)].map((m) =>
+    normalize(join(dirname(file), m[1] ?? '')),
+  )
+}
+
+/**
+ * What a test reaches: the modules of src/ it imports, itself, through test/helpers/ or through
+ * other modules, and whether it runs the service (reaches service.ts, or spawns src/main.ts).
+ */
+function reach(testFile: string): { modules: Set<string>; runsService: boolean } {
+  const modules = new Set<string>()
+  let runsService = false
+  const seen = new Set<string>()
+  const visit = (file: string) => {
+    if (seen.has(file)) return
+    seen.add(file)
+    if (file.startsWith(testDir) && readFileSync(file, 'utf8').includes('src/main.ts'))
+      runsService = true
+    for (const target of importsOf(file)) {
+      if (!existsSync(target)) continue
+      if (target.startsWith(src)) {
+        const module = relative(src, target)
+        if (module === 'service.ts') runsService = true
+        if (modules.has(module)) continue
+        modules.add(module)
+        visit(target)
+      } else if (target.startsWith(testDir)) visit(target)
+    }
+  }
+  visit(testFile)
+  return { modules, runsService }
+}
+
+/** The rows of the table under `heading`: its first column, and the tests it names. */
+function rowsOf(text: string, heading: string): Map<string, string[]> {
+  const at = text.indexOf(heading)
+  assert.ok(at >= 0, `no "${heading}" in docs/development.md`)
+  const rows = new Map<string, string[]>()
+  for (const line of text.slice(at).split('\n').slice(1)) {
+    if (!line.startsWith('|')) break
+    const m = /^\| `([^`]+)` \| (.+) \|$/.exec(line)
+    if (m)
+      rows.set(
         m[1] ?? '',
         [...(m[2] ?? '').matchAll(/`([^`]+)`/g)].map((t) => t[1] ?? ''),
-      ]),
-    )
+      )
+  }
+  return rows
+}
+
+describe('the map from modules to their tests (docs/development.md)', () => {
+  const text = readFileSync(join(projectDir, 'docs', 'development.md'), 'utf8')
+  const modules = rowsOf(text, '| module (`src/…`)')
+  const others = rowsOf(text, '| file | its tests')
+  const testNames = filesUnder(testDir, '.test.ts').map((f) =>
+    relative(testDir, f).replace(/\.test\.ts$/, ''),
+  )
+
+  test('every module of src/ has a row, and every row a module', () => {
     const problems: string[] = []
-    for (const module of modules(join(projectDir, 'src'))) {
-      const tests = rows.get(module)
-      if (tests === undefined || tests.length === 0) problems.push(`src/${module}: no row`)
-      for (const t of tests ?? [])
-        if (!existsSync(join(projectDir, 'test', `${t}.test.ts`)))
-          problems.push(`src/${module}: no test/${t}.test.ts`)
+    for (const file of filesUnder(src, '.ts')) {
+      const module = relative(src, file)
+      if ((modules.get(module) ?? []).length === 0) problems.push(`src/${module}: no row`)
     }
-    for (const module of rows.keys())
-      if (!existsSync(join(projectDir, 'src', module))) problems.push(`${module}: no such module`)
+    for (const module of modules.keys())
+      if (!existsSync(join(src, module))) problems.push(`src/${module}: no such module`)
+    for (const file of others.keys())
+      if (!existsSync(join(projectDir, file))) problems.push(`${file}: no such file`)
+    assert.deepEqual(problems, [])
+  })
+
+  test('every test file is in a row, and every test a row names exists', () => {
+    const named = new Set([...modules.values(), ...others.values()].flat())
+    assert.deepEqual(
+      testNames.filter((t) => !named.has(t)),
+      [],
+      'test files in no row',
+    )
+    assert.deepEqual(
+      [...named].filter((t) => !testNames.includes(t)),
+      [],
+      'rows naming a test that is gone',
+    )
+  })
+
+  test("each test a module's row names imports that module (itself, through test/helpers or other modules) or runs the service", () => {
+    const problems: string[] = []
+    for (const [module, tests] of modules)
+      for (const t of tests) {
+        const file = join(testDir, `${t}.test.ts`)
+        if (!existsSync(file)) continue
+        const reached = reach(file)
+        if (!reached.modules.has(module) && !reached.runsService)
+          problems.push(`${module}: ${t} neither imports it nor runs the service`)
+      }
     assert.deepEqual(problems, [])
   })
 })
