@@ -48,6 +48,8 @@ type Connection = {
   readonly waiting: [IncomingMessage, ServerResponse][]
   /** An answer closes the connection: nothing more of it is run. */
   closing: boolean
+  /** The answer being made, from its request's run until it is handed to the system. */
+  answering: ServerResponse | undefined
 }
 const connectionOf = Symbol('plant-store connection')
 
@@ -76,9 +78,15 @@ export function createHttpServer({
   const requests: RequestHandling = { route, log, metrics, traceContext, trustedProxies, leaving }
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
+    conn.answering = res
+    const handedOver = () => {
+      if (conn.answering === res) conn.answering = undefined
+    }
+    res.once('finish', handedOver)
     // The next request of the connection runs once this answer is handed to the system (or
     // the connection is gone): an answer the client does not read holds the rest back.
     res.once('close', () => {
+      handedOver()
       ;(req.socket as typeof req.socket & Tracked)[bytesAnswered] = req.socket.bytesRead
       conn.busy = false
       const next = conn.closing ? undefined : conn.waiting.shift()
@@ -97,7 +105,7 @@ export function createHttpServer({
     const socket = req.socket as typeof req.socket & Tracked
     let conn = socket[connectionOf]
     if (conn === undefined) {
-      conn = { busy: false, waiting: [], closing: false }
+      conn = { busy: false, waiting: [], closing: false, answering: undefined }
       socket[connectionOf] = conn
     }
     // Behind an answer that closes the connection: never run, never answered.
@@ -142,8 +150,9 @@ export function createHttpServer({
     log.info('request', { requestId, client: tracked.remoteAddress, status, parserError: cause })
   }
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-    const busy = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage
-    if (err.code === 'ECONNRESET' || !socket.writable || busy?.headersSent) {
+    // An answer already begun cannot be followed by a refusal on the same connection.
+    const begun = (socket as Duplex & Tracked)[connectionOf]?.answering?.headersSent === true
+    if (err.code === 'ECONNRESET' || !socket.writable || begun) {
       socket.destroy()
       return
     }
@@ -154,9 +163,8 @@ export function createHttpServer({
   // Silent for `limits.http.stalled`: a request whose headers or body stopped arriving gets 408;
   // a connection that never sent a byte, or whose client leaves its answer unread, is closed.
   server.on('timeout', (socket: Socket) => {
-    // Node sets _httpMessage to null once an answer is handed over.
-    const tracked = socket as Socket & Tracked & { _httpMessage?: ServerResponse | null }
-    const current = tracked._httpMessage
+    const tracked = socket as Socket & Tracked
+    const current = tracked[connectionOf]?.answering
     // After an answer that closes the connection, what the client still sends is never read.
     const answered = tracked[connectionOf]?.closing === true
     // Without an answer in progress, a request is arriving if bytes came after the last answer;
