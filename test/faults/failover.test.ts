@@ -178,7 +178,7 @@ describe('a primary with a synchronous standby (real PostgreSQL servers)', () =>
           (t) => failover(t, { version, order, promotion }),
         )
 
-  test('a name that still points at a read-only server: creates held until their deadline, then 503 with Retry-After, never 500; 200 within 5 s of it pointing at the primary again', async () => {
+  test('a name that still points at a read-only server (a standby: SQLSTATE 25006): creates held until their deadline, then 503 with Retry-After, never 500; 200 within 5 s of it pointing at the primary again', async () => {
     const { primary, standby, cleanup } = await startPrimaryAndStandby({ after })
     const primaryUrl = `postgres://postgres@127.0.0.1:${primary.port}/plants`
     // The proxy plays a DNS name: it sends new connections wherever it points now.
