@@ -124,6 +124,22 @@ if (perRuntime) {
   const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
   files.splice(0, files.length, ...kept)
 }
+// The longest files first (each 1 to 3 minutes, most of it waiting out a fault), so that the
+// rest fill the time beside them instead of leaving one to run alone at the end.
+const longest = [
+  'test/faults/network-partition.test.ts',
+  'test/faults/failover.test.ts',
+  'test/faults/randomized.test.ts',
+  'test/citus.test.ts',
+  'test/faults/network-partition-paths.test.ts',
+  'test/faults/tls.test.ts',
+  'test/faults/patroni-switchover.test.ts',
+]
+const rank = (f: string) => {
+  const at = longest.indexOf(f)
+  return at === -1 ? longest.length : at
+}
+files.sort((a, b) => rank(a) - rank(b))
 if (files.length === 0) {
   log.error('no test files found')
   process.exit(1)
@@ -140,9 +156,11 @@ log.info(`test database ready: ${db.kind}`, {
 })
 // A file that runs past 5 minutes has hung: the longest, the network-partition tests, cut the
 // database off for 20 to 60 s at a time and take about 3.5 minutes.
+// Files run this many at a time: most of the long ones wait out faults, and overlap.
+const concurrency = Number(process.env.TEST_CONCURRENCY) || 4
 const child = spawn(
   process.execPath,
-  ['--import', 'tsx', '--test', '--test-timeout=300000', '--test-concurrency=2', ...files],
+  ['--import', 'tsx', '--test', '--test-timeout=300000', `--test-concurrency=${concurrency}`, ...files],
   { stdio: 'inherit', cwd: root, env: { ...process.env, TEST_DATABASE_URL: db.url } },
 )
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
