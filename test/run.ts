@@ -160,7 +160,14 @@ log.info(`test database ready: ${db.kind}`, {
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 4
 const child = spawn(
   process.execPath,
-  ['--import', 'tsx', '--test', '--test-timeout=300000', `--test-concurrency=${concurrency}`, ...files],
+  [
+    '--import',
+    'tsx',
+    '--test',
+    '--test-timeout=300000',
+    `--test-concurrency=${concurrency}`,
+    ...files,
+  ],
   { stdio: 'inherit', cwd: root, env: { ...process.env, TEST_DATABASE_URL: db.url } },
 )
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
