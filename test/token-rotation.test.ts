@@ -120,6 +120,12 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('rotate refuses an unknown name, a grace over 7 days, a lifetime over 365 days or bad usage: exit 1, one line, nothing changed', async () => {
     const name = `refused-${uniqueId()}`
     const old = await created(name)
+    // The service records the use created() made of it off the request path: once that is
+    // written, nothing but a rotate could change the row.
+    await within(5000, async () => {
+      const [row] = await s.db.sql`select last_used_at from api_tokens where name = ${name}`
+      return row?.last_used_at != null
+    })
     const before = await s.db.sql`select * from api_tokens where name = ${name}`
     for (const args of [
       ['rotate', `ghost-${uniqueId()}`],
