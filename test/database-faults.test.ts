@@ -162,17 +162,46 @@ describe('database faults', () => {
     assert.equal((await s.post({ id: uniqueId(), name: 'fine' })).status, 200)
   })
 
-  test("Citus's worker lost mid-transaction (XX000, 'failure on connection marked as essential') is 503/50301 with Retry-After, never 500", async () => {
+  test('each error Citus raises without a code of its own when a node goes away (XX000: a worker lost mid-transaction, a prepare failed, every connection failed, the postmaster shut down) is 503/50301 with Retry-After, never 500, while another XX000 stays 500', async () => {
     const s = await startTestServer({ after })
-    // The error as a Citus coordinator raises it, from a real server.
+    // Each error as Citus raises it (src/backend/distributed), from a real server.
+    const raised = {
+      lost: 'failure on connection marked as essential: 127.0.0.1:9702',
+      prepare: "failed to prepare transaction 'citus_0_1_2_3' on host 127.0.0.1:9702",
+      recover:
+        'execution cannot recover from multiple connection failures. Last node failed 127.0.0.1:9702',
+      postmaster: 'postmaster was shut down, exiting',
+      other: 'connection hash entry is NULL or invalid',
+    }
     await s.db.sql.unsafe(`
-      create function lose_worker() returns trigger language plpgsql as $$
-      begin raise exception 'failure on connection marked as essential: 127.0.0.1:9702' using errcode = 'XX000'; end $$;
-      create trigger lose_worker before insert on plants for each row when (new.name = 'lost') execute function lose_worker();`)
-    const res = await s.post({ id: uniqueId(), name: 'lost' })
-    assert.equal(res.status, 503)
-    assert.equal(res.headers.get('retry-after'), '1')
-    assert.equal(((await res.json()) as { error: number }).error, 50301)
+      create function lose_node() returns trigger language plpgsql as $$
+      begin raise exception '%', case new.name ${Object.entries(raised)
+        .map(([name, message]) => `when '${name}' then '${message.replaceAll("'", "''")}'`)
+        .join(' ')} end using errcode = 'XX000'; end $$;
+      create trigger lose_node before insert on plants for each row when (new.name in (${Object.keys(
+        raised,
+      )
+        .map((n) => `'${n}'`)
+        .join(', ')})) execute function lose_node();`)
+    // Each is held and sent again until the deadline, as any gap is: all at once (one batch),
+    // and the other XX000 alone first, never in a batch that a node lost fails.
+    const send = async (name: string) => {
+      const res = await s.post({ id: uniqueId(), name })
+      const body = (await res.json()) as { error: number }
+      return [name, res.status, res.headers.get('retry-after'), body.error]
+    }
+    assert.deepEqual(await send('other'), ['other', 500, null, 50001])
+    const answers = await Promise.all(
+      Object.keys(raised)
+        .filter((name) => name !== 'other')
+        .map(send),
+    )
+    assert.deepEqual(answers, [
+      ['lost', 503, '1', 50301],
+      ['prepare', 503, '1', 50301],
+      ['recover', 503, '1', 50301],
+      ['postmaster', 503, '1', 50301],
+    ])
     assert.equal((await s.post({ id: uniqueId(), name: 'fine' })).status, 200)
   })
 })

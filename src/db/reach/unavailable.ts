@@ -78,17 +78,25 @@ function isTransientSqlState(code: string): boolean {
 }
 
 /**
- * Citus reports a worker lost in the middle of a distributed transaction without a SQLSTATE of
- * its own (XX000, internal error): "failure on connection marked as essential: host:port". The
- * transaction was rolled back or its outcome is unknown, as with any lost connection; a retry is
- * safe (the id is the idempotency key).
+ * Errors Citus raises without a SQLSTATE of its own (XX000, internal error) when a node goes away
+ * under a statement: a worker lost in the middle of a distributed transaction ("failure on
+ * connection marked as essential: host:port", "failed to prepare transaction … on host",
+ * "execution cannot recover from multiple connection failures"), or the server's own postmaster
+ * gone while it waited on a worker ("postmaster was shut down, exiting": a coordinator or worker
+ * killed or stopping under the statement). The transaction was rolled back or its outcome is
+ * unknown, as with any lost connection; a retry is safe (the id is the idempotency key). Each
+ * with its resend reason.
  */
-function isCitusWorkerLost(code: string, message: unknown): boolean {
-  return (
-    code === 'XX000' &&
-    typeof message === 'string' &&
-    message.startsWith('failure on connection marked as essential')
-  )
+const citusNodeLost: readonly (readonly [prefix: string, reason: ResendReason])[] = [
+  ['failure on connection marked as essential', 'citus_worker_lost'],
+  ['failed to prepare transaction', 'citus_worker_lost'],
+  ['execution cannot recover from multiple connection failures', 'citus_worker_lost'],
+  ['postmaster was shut down', 'terminated'],
+]
+
+function citusNodeLostReason(code: string, message: unknown): ResendReason | undefined {
+  if (code !== 'XX000' || typeof message !== 'string') return undefined
+  return citusNodeLost.find(([prefix]) => message.startsWith(prefix))?.[1]
 }
 
 /** Whether an error thrown by the driver means the database is unavailable for now. */
@@ -97,7 +105,11 @@ export function isUnavailable(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false
   const { code, message } = err as { code?: unknown; message?: unknown }
   if (typeof code !== 'string') return false
-  return connectionCodes.has(code) || isTransientSqlState(code) || isCitusWorkerLost(code, message)
+  return (
+    connectionCodes.has(code) ||
+    isTransientSqlState(code) ||
+    citusNodeLostReason(code, message) !== undefined
+  )
 }
 
 /**
@@ -120,8 +132,7 @@ export function resendReason(err: unknown): ResendReason | undefined {
   const known = connectionReasons[code] ?? sqlStateReasons[code]
   if (known !== undefined) return known
   if (code.startsWith('08')) return 'connection_lost'
-  if (isCitusWorkerLost(code, message)) return 'citus_worker_lost'
-  return undefined
+  return citusNodeLostReason(code, message)
 }
 
 /** Rethrows driver errors that mean "unavailable" as `DatabaseUnavailable`, others unchanged. */
