@@ -30,7 +30,7 @@ export function patroniUnavailable(): string | undefined {
 /** One Patroni member: its PostgreSQL port and its REST port. */
 export type PatroniMember = { readonly name: string; readonly port: number; readonly rest: number }
 
-function spawnLogged(command: string, args: string[], options: object) {
+export function spawnLogged(command: string, args: string[], options: object) {
   const child: ChildProcess = spawn(command, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     ...options,
@@ -45,14 +45,8 @@ function spawnLogged(command: string, args: string[], options: object) {
   return { child, exited, output: () => output }
 }
 
-/**
- * A Patroni 3 cluster as an operator runs one (Debian's packages): one etcd, and two members of
- * PostgreSQL 15, a leader and a synchronous replica (`synchronous_mode`), with the database
- * `plants`. Timings as Patroni's docs advise (`loop_wait + 2 × retry_timeout ≤ ttl`). Stopped,
- * and its folder removed, after `t`.
- */
-export async function startPatroniCluster(t: Cleanup) {
-  const { dir, ...tmp } = await tempDir(t, 'plant-store-patroni-')
+/** Who the servers run as: user postgres when the tests run as root; `own` hands it a path. */
+export async function serverUser() {
   if (process.getuid?.() === 0) await ensurePostgresUser()
   const id = async (flag: string) => Number((await run('id', [flag, 'postgres'])).stdout.trim())
   const user: { uid?: number; gid?: number } =
@@ -60,8 +54,11 @@ export async function startPatroniCluster(t: Cleanup) {
   const own = async (path: string) => {
     if (user.uid !== undefined && user.gid !== undefined) await chown(path, user.uid, user.gid)
   }
-  await own(dir)
+  return { user, own }
+}
 
+/** One etcd 3 on 127.0.0.1, its data in `dir`, stopped after `t`; resolves with its client port. */
+export async function startEtcd(t: Cleanup, dir: string): Promise<number> {
   const client = await freePort()
   const peer = await freePort()
   const etcd = spawnLogged(
@@ -77,7 +74,7 @@ export async function startPatroniCluster(t: Cleanup) {
     ],
     {},
   )
-  tmp.after(async () => {
+  t.after(async () => {
     etcd.child.kill('SIGTERM')
     await etcd.exited
   })
@@ -90,6 +87,20 @@ export async function startPatroniCluster(t: Cleanup) {
   }).catch(() => {
     throw new Error(`etcd did not start: ${etcd.output()}`)
   })
+  return client
+}
+
+/**
+ * A Patroni 3 cluster as an operator runs one (Debian's packages): one etcd, and two members of
+ * PostgreSQL 15, a leader and a synchronous replica (`synchronous_mode`), with the database
+ * `plants`. Timings as Patroni's docs advise (`loop_wait + 2 × retry_timeout ≤ ttl`). Stopped,
+ * and its folder removed, after `t`.
+ */
+export async function startPatroniCluster(t: Cleanup) {
+  const { dir, ...tmp } = await tempDir(t, 'plant-store-patroni-')
+  const { user, own } = await serverUser()
+  await own(dir)
+  const client = await startEtcd(tmp, dir)
 
   const members: PatroniMember[] = []
   const processes: ReturnType<typeof spawnLogged>[] = []
