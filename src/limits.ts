@@ -97,6 +97,12 @@ export const limits = {
      * shards are): a DBA's distribution or a shard move reaches the creates within this.
      */
     writePathCheck: 10_000,
+    /**
+     * How often an instance on a Citus worker reads pg_dist_node's primaries again: Patroni's
+     * update of a group's primary (a switchover or failover) reaches its creates, and the
+     * coordinator's its tokens, within this.
+     */
+    primariesCheck: 500,
   },
   /** Worker processes (WORKERS), in milliseconds. */
   workers: {

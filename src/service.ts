@@ -2,6 +2,7 @@ import { serveHttp } from './app.ts'
 import { startTokens } from './auth/start-tokens.ts'
 import type { TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
+import { followCitusPrimaries, nodeUrl } from './db/node.ts'
 import { createSql, openServicePools } from './db/reach/sql.ts'
 import { defaultDataDir, openDatabase, prepareDatabase, sessionsOf } from './db/start/open.ts'
 import { warnAboutDatabase } from './db/start/server-settings.ts'
@@ -87,10 +88,20 @@ export async function startService(
     // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
     // the coordinator's (or DATABASE_DIRECT_URL's), where api_tokens lives and its trigger
     // notifies. (A Citus worker is never found through a transaction pooler.)
+    // On a Citus worker, each group's primary is followed in pg_dist_node (Patroni moves it in
+    // a switchover or failover): the creates of each group go to it, the sessions to group 0's.
     const session = prepared?.sessions ?? (await sessionsOf(config, db, log))
+    const primaries = session.citusWorker ? await followCitusPrimaries(url, log) : undefined
+    if (primaries) held.add(primaries.stop)
+    const coordinator = primaries?.of(0)
     const pools = openServicePools(session.citusWorker ? session.url : url, session.url, log, {
       transactionPooler,
       connectionClosed: metrics.connectionClosed,
+      ...(primaries &&
+        session.coordinatorFromMetadata &&
+        coordinator !== undefined && {
+          current: () => nodeUrl(url, primaries.of(0) ?? coordinator),
+        }),
     })
     held.add(pools.end)
 
@@ -125,7 +136,10 @@ export async function startService(
       statementRan: metrics.statementRan,
       gapMetrics: metrics,
       writePath: writePath.current,
-      citusGroup: session.citusGroup,
+      citus:
+        primaries && session.citusGroup !== undefined
+          ? { group: session.citusGroup, primaries }
+          : undefined,
     })
     held.add(plants.close)
 

@@ -56,6 +56,11 @@ const examples: Record<string, How> = {
   'TEST_DATABASE=container TEST_POSTGRES_IMAGE=$POSTGRES_IMAGE TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 npm test':
     ciRun('containers=(TEST_DATABASE=container "TEST_POSTGRES_IMAGE=$POSTGRES_IMAGE")'),
   '.ci/engine.sh stop': ciRun(".ci/engine.sh stop'"),
+  // docs/scaling.md (test/faults/citus-patroni.test.ts starts such instances on its own cluster)
+  "DATABASE_URL='postgres://plant_store:…@g1a:5432,g1b:5432/plants?target_session_attrs=read-write' npm start":
+    { needs: 'a Patroni cluster in Citus mode' },
+  "DATABASE_URL='postgres://plant_store:…@g0a:5432,g0b:5432/plants?target_session_attrs=read-write' npm start":
+    { needs: 'a Patroni cluster in Citus mode' },
   // docs/openapi.md
   'npm run openapi': runs('npm run openapi'),
   'npx openapi-typescript dist/openapi.json -o plants-api.d.ts': { needs: 'openapi-typescript' },

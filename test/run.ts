@@ -131,6 +131,7 @@ const longest = [
   'test/faults/failover.test.ts',
   'test/faults/randomized.test.ts',
   'test/citus.test.ts',
+  'test/faults/citus-patroni.test.ts',
   'test/faults/network-partition-paths.test.ts',
   'test/faults/tls.test.ts',
   'test/faults/patroni-switchover.test.ts',

@@ -8,8 +8,10 @@ import type { Log } from '../log.ts'
 /**
  * Runs a command on the writable server: the embedded database (started for the command, or
  * shared with a running service) or the session URL (`DATABASE_DIRECT_URL`, else the
- * coordinator of a Citus worker, else `DATABASE_URL`) narrowed to its one writable host. With none writable it throws, and the
- * command stops with one line that says so.
+ * coordinator of a Citus worker, else `DATABASE_URL`) narrowed to its one writable host; on
+ * Citus it says which node that is (a worker's coordinator is the one its pg_dist_node names
+ * now: Patroni's current primary of group 0). With none writable it throws, and the command
+ * stops with one line that says so.
  */
 export async function onWritableDatabase<T>(
   config: Config,
@@ -18,7 +20,7 @@ export async function onWritableDatabase<T>(
 ): Promise<T> {
   const db = await openDatabase(config, log, { shareRunning: true })
   try {
-    return await command((await sessionsOf(config, db, log)).writableUrl)
+    return await command((await sessionsOf(config, db, log, true)).writableUrl)
   } catch (err) {
     throw cannotUse(config, db, err)
   } finally {

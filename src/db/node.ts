@@ -1,6 +1,8 @@
-import type { Log } from '../log.ts'
+import type { Sql } from 'postgres'
+import { limits } from '../limits.ts'
+import { describeError, type Log } from '../log.ts'
 import { createSql } from './reach/sql.ts'
-import { connectFailure } from './reach/unavailable.ts'
+import { connectFailure, withDeadline } from './reach/unavailable.ts'
 import { hostUrls } from './reach/url.ts'
 
 // Which node of a Citus cluster a server is, from its own metadata: where the tables are made
@@ -61,5 +63,81 @@ export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | un
     return { role: 'worker', group: row.group, coordinator: { node, url: nodeUrl(url, node) } }
   } finally {
     await sql.end({ timeout: 5 })
+  }
+}
+
+/** Each Citus group's primary (`host:port`) as pg_dist_node names it now, read again often. */
+export type CitusPrimaries = {
+  /** Group `group`'s primary now; undefined where pg_dist_node names none. */
+  readonly of: (group: number) => string | undefined
+  readonly all: () => ReadonlyMap<number, string>
+  /** Hears of each group whose primary changed: the new one, and the one before. */
+  readonly onChange: (listener: (group: number, node: string, was: string) => void) => void
+  readonly stop: () => Promise<void>
+}
+
+const readPrimaries = async (sql: Sql) =>
+  new Map(
+    (
+      await sql<{ group: number; node: string }[]>`
+        select groupid as group, nodename || ':' || nodeport as node
+        from pg_dist_node where noderole = 'primary' and isactive`
+    ).map((r) => [r.group, r.node] as const),
+  )
+
+/**
+ * Follows pg_dist_node's primaries from the Citus node at `url` (a worker's metadata is synced
+ * from the coordinator): read at once, then every `everyMs`. Patroni in Citus mode changes a
+ * group's row when another member becomes its primary (a switchover, a failover), and the
+ * coordinator's own row when the coordinator fails over; each change is logged once and handed
+ * to the listeners. A read that fails (this node away) changes nothing.
+ */
+export async function followCitusPrimaries(
+  url: string,
+  log: Log,
+  everyMs = limits.citus.primariesCheck,
+): Promise<CitusPrimaries> {
+  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store nodes' })
+  let current: ReadonlyMap<number, string>
+  try {
+    current = await readPrimaries(sql)
+  } catch (err) {
+    await sql.end({ timeout: 0 })
+    throw err
+  }
+  const listeners: ((group: number, node: string, was: string) => void)[] = []
+  let reading = false
+  const timer = setInterval(async () => {
+    if (reading) return
+    reading = true
+    try {
+      const next = await withDeadline(readPrimaries(sql), Math.max(everyMs, 2000))
+      const before = current
+      current = next
+      for (const [group, node] of next) {
+        const was = before.get(group)
+        if (was === undefined || was === node) continue
+        log.info(`pg_dist_node: the primary of Citus group ${group} is now ${node}, was ${was}`, {
+          group,
+          node,
+          was,
+        })
+        for (const listener of listeners) listener(group, node, was)
+      }
+    } catch (err) {
+      log.debug("could not read pg_dist_node's primaries", { error: describeError(err) })
+    } finally {
+      reading = false
+    }
+  }, everyMs)
+  timer.unref()
+  return {
+    of: (group) => current.get(group),
+    all: () => current,
+    onChange: (listener) => void listeners.push(listener),
+    async stop() {
+      clearInterval(timer)
+      await sql.end({ timeout: 1 })
+    },
   }
 }

@@ -39,8 +39,6 @@ export const distributePlantsSql = (shards: number) =>
 export type WritePath = {
   readonly shape: WriteShape
   readonly placementOf?: (id: bigint) => Placement
-  /** Each group's primary as pg_dist_node names it (`host:port`), on a distributed plants. */
-  readonly nodes?: ReadonlyMap<number, string>
   readonly signature: string
 }
 
@@ -81,22 +79,17 @@ export async function plantsWritePath(
  * installed): unnest while plants is local, else VALUES split by where its shards are.
  */
 export async function readWritePath(sql: Sql): Promise<WritePath> {
-  const ranges = await sql<(Range & { node: string | null })[]>`
-    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group,
-      n.nodename || ':' || n.nodeport as node
+  const ranges = await sql<Range[]>`
+    select s.shardminvalue::int as min, s.shardmaxvalue::int as max, p.groupid as group
     from pg_dist_shard s join pg_dist_placement p using (shardid)
     join pg_dist_partition d using (logicalrelid)
-    left join pg_dist_node n on n.groupid = p.groupid and n.noderole = 'primary'
     where s.logicalrelid = 'plants'::regclass and d.partmethod = 'h'
     order by s.shardminvalue::int`
   if (ranges.length === 0) return localPath
-  const nodes = new Map<number, string>()
-  for (const r of ranges) if (r.node !== null) nodes.set(r.group, r.node)
   return {
     shape: 'values',
     placementOf: placementsFrom(ranges),
-    nodes,
-    signature: ranges.map((r) => `${r.min}..${r.max}@${r.group}=${r.node}`).join(','),
+    signature: ranges.map((r) => `${r.min}..${r.max}@${r.group}`).join(','),
   }
 }
 

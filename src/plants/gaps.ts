@@ -21,12 +21,12 @@ const quietMs = 1000
  * failure, once `quietMs` has passed with none. One log line when it begins and one when it ends
  * (how long, the creates held, the creates sent again, the creates answered 503), instead of a
  * warning per create; and the metrics of every resend and of every held create's wait. `where`
- * names the database in the lines (a Citus worker).
+ * names the database in the lines (a Citus group's primary, as it is when the line is written).
  */
 export function gapHooks(
   log: Log,
   metrics: GapMetrics,
-  where?: string,
+  where?: () => string,
 ): Pick<BatchHooks, 'held' | 'through' | 'heldEnded' | 'expired'> {
   type Gap = {
     readonly began: number
@@ -40,16 +40,16 @@ export function gapHooks(
   }
   let gap: Gap | undefined
   let timer: ReturnType<typeof setTimeout> | undefined
-  const node = where === undefined ? {} : { node: where }
-  const suffix = where === undefined ? '' : ` (${where})`
+  const node = () => (where === undefined ? {} : { node: where() })
+  const suffix = () => (where === undefined ? '' : ` (${where()})`)
 
   function end(open: Gap): void {
     gap = undefined
     const { began, reasons, held, resent, unavailable, backAt = performance.now() } = open
     const ms = Math.round(backAt - began)
     log.warn(
-      `the database took creates again${suffix} after ${ms} ms: ${held} creates held, ${resent} sent again, ${unavailable} answered 503`,
-      { gapMs: ms, held, resent, unavailable, reasons: [...reasons].join(','), ...node },
+      `the database took creates again${suffix()} after ${ms} ms: ${held} creates held, ${resent} sent again, ${unavailable} answered 503`,
+      { gapMs: ms, held, resent, unavailable, reasons: [...reasons].join(','), ...node() },
     )
   }
 
@@ -79,12 +79,12 @@ export function gapHooks(
           backAt: undefined,
         }
         log.warn(
-          `the database is unavailable${suffix}: holding creates and sending them again until their deadlines`,
+          `the database is unavailable${suffix()}: holding creates and sending them again until their deadlines`,
           {
             reason,
             code: String((err as { code?: unknown } | null)?.code ?? ''),
             error: describeError(err),
-            ...node,
+            ...node(),
           },
         )
       }

@@ -1,7 +1,8 @@
 import type { Sql } from 'postgres'
-import { nodeUrl } from '../db/node.ts'
+import { type CitusPrimaries, nodeUrl } from '../db/node.ts'
 import { openStatementSlots } from '../db/reach/slots.ts'
 import { leaveReadOnlyServer } from '../db/reach/sql.ts'
+import { connectionError } from '../db/reach/unavailable.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import type { BatchPath, CreateOutcome } from './batch-sql.ts'
@@ -42,11 +43,19 @@ type StoreOptions = {
   readonly gapMetrics: GapMetrics
   /** How plants are written now (plants/citus.ts: followWritePath). */
   readonly writePath: () => WritePath
-  /** `url` is this Citus worker (its group): creates go straight to the worker of their row. */
-  readonly citusGroup?: number | undefined
+  /**
+   * `url` is this Citus worker (its group, and each group's primary as pg_dist_node names it
+   * now): creates go straight to the primary of the group that holds their row.
+   */
+  readonly citus?: { readonly group: number; readonly primaries: CitusPrimaries } | undefined
 }
 
-type Opened = { store: PlantStore; close: () => Promise<void> }
+type Opened = {
+  store: PlantStore
+  close: () => Promise<void>
+  /** Cuts every connection of its slots (what a statement in flight meets is sent again). */
+  cut: (reason: Error) => number
+}
 
 /**
  * Opens the plant store on `url`: creates batched onto statement slots of their own, sent as
@@ -54,14 +63,14 @@ type Opened = { store: PlantStore; close: () => Promise<void> }
  * create going to the worker that holds its row (`openRoutedStore`).
  */
 export function openPlantStore(url: string, log: Log, options: StoreOptions): Opened {
-  const { writePath, citusGroup } = options
-  if (citusGroup !== undefined) return openRoutedStore(url, log, options, citusGroup)
+  const { writePath, citus } = options
+  if (citus !== undefined) return openRoutedStore(url, log, options, citus)
   return openBatching(url, log, options, options.batchLimits, writePath)
 }
 
 /**
- * One batching on its own statement slots at `url` (`node`: another Citus worker's, named in
- * its log lines), each batch sent as `path` says.
+ * One batching on its own statement slots at `url` (`node`: another Citus group's primary, named
+ * in its log lines, `current` its URL at each connection), each batch sent as `path` says.
  */
 function openBatching(
   url: string,
@@ -69,22 +78,31 @@ function openBatching(
   { transactionPooler, connectionClosed, statementRan, gapMetrics }: StoreOptions,
   batchLimits: BatchLimits,
   path: () => BatchPath,
-  { node, waitingElsewhere }: { node?: string; waitingElsewhere?: () => number } = {},
+  {
+    node,
+    current,
+    waitingElsewhere,
+  }: { node?: () => string; current?: () => string; waitingElsewhere?: () => number } = {},
 ): Opened {
   const slots = openStatementSlots(url, log, batchLimits.maxInFlight, {
     connectionClosed,
     transactionPooler,
+    ...(current && { current }),
   })
-  const where = node === undefined ? '' : ` (the Citus worker at ${node})`
+  const where = () => (node === undefined ? '' : ` (the Citus worker at ${node()})`)
   const store = batchOnSlots(slots, batchLimits, path, {
     statementRan,
-    ...gapHooks(log, gapMetrics, node === undefined ? undefined : `the Citus worker at ${node}`),
+    ...gapHooks(
+      log,
+      gapMetrics,
+      node === undefined ? undefined : () => `the Citus worker at ${node()}`,
+    ),
     ...(waitingElsewhere && { waitingElsewhere }),
     readOnly: leaveReadOnlyServer(log),
     cutLoose: (slot, ms, sockets) =>
       log.warn(
-        `no answer from the database${where} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
-        { sockets, ...(node !== undefined && { node }) },
+        `no answer from the database${where()} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
+        { sockets, ...(node !== undefined && { node: node() }) },
       ),
   })
   return {
@@ -92,22 +110,32 @@ function openBatching(
     async close() {
       await Promise.all(slots.map((slot) => slot.end()))
     },
+    cut: (reason) => slots.reduce((sockets, slot) => sockets + slot.cut(reason), 0),
   }
 }
 
 /**
- * The plant store of an instance on a Citus worker (group `ownGroup`): each create goes to the
- * batching of the worker that holds its row (one statement in flight each,
+ * The plant store of an instance on a Citus worker (group `own`): each create goes to the
+ * batching of the group that holds its row (one statement in flight each,
  * `limits.batch.maxInFlightPerWorker`), where its batch runs as one multi-row VALUES statement
  * that Citus executes locally (no hop from worker to worker, no distributed commit, and a
- * statement spanning that worker's shards costs about what one for a single shard does). The
- * others' batchings open the first time a create has its row there, at the address
- * pg_dist_node gives the worker (as the coordinator reaches it) with this URL's database, user
- * and settings. A worker that is down or silent holds up only the creates whose rows it holds;
- * one limit of creates waiting holds for them all. Until plants is distributed (never, on a
- * worker with synced metadata), all go to this worker.
+ * statement spanning that worker's shards costs about what one for a single shard does). This
+ * group's batching is on `url` (every member of the group, in a highly available cluster: it
+ * follows its primary by itself); another group's opens the first time a create has its row
+ * there, and each of its connections goes to the group's primary as pg_dist_node names it at the
+ * time (`primaries`, read again every `limits.citus.primariesCheck` ms), with this URL's database,
+ * user and settings. When Patroni names another primary (a switchover, a failover), what was held
+ * to the old one is cut: a statement in flight there is sent again, to the new one. A group that
+ * is down or silent holds up only the creates whose rows it holds; one limit of creates waiting
+ * holds for them all. Until plants is distributed (never, on a worker with synced metadata), all
+ * go to this worker.
  */
-function openRoutedStore(url: string, log: Log, options: StoreOptions, ownGroup: number): Opened {
+function openRoutedStore(
+  url: string,
+  log: Log,
+  options: StoreOptions,
+  { group: own, primaries }: { group: number; primaries: CitusPrimaries },
+): Opened {
   const { writePath } = options
   // One statement in flight to each worker (unless fewer are asked for): fuller batches.
   const batchLimits = {
@@ -117,44 +145,58 @@ function openRoutedStore(url: string, log: Log, options: StoreOptions, ownGroup:
   // A batch here holds the rows of one worker: one VALUES statement, never split.
   const oneStatement = (): BatchPath => ({ shape: 'values' })
   const all: Opened[] = []
-  const waitingBeside = (own: () => Opened | undefined) => () => {
+  const waitingBeside = (opened: () => Opened | undefined) => () => {
     let waiting = 0
-    for (const opened of all) if (opened !== own()) waiting += opened.store.load().queued
+    for (const other of all) if (other !== opened()) waiting += other.store.load().queued
     return waiting
   }
-  const open = (at: string, node?: string) => {
+  const open = (group?: number) => {
     let opened: Opened | undefined
-    opened = openBatching(at, log, options, batchLimits, oneStatement, {
-      ...(node !== undefined && { node }),
+    const node = () => primaries.of(group ?? own) ?? 'unknown'
+    opened = openBatching(url, log, options, batchLimits, oneStatement, {
+      ...(group !== undefined && { node, current: () => nodeUrl(url, node()) }),
       waitingElsewhere: waitingBeside(() => opened),
     })
     all.push(opened)
     return opened
   }
-  const own = open(url)
-  const known = [...(writePath().nodes ?? new Map<number, string>())]
+  const ownBatching = open()
   log.info(
-    `creates go straight to the Citus worker that holds their row, where Citus runs them locally: this one for its own shards, the others at the addresses pg_dist_node gives them (${
-      known
-        .filter(([group]) => group !== ownGroup)
-        .map(([, node]) => node)
+    `creates go straight to the Citus worker that holds their row, where Citus runs them locally: this group's (${own}) through this URL, the others' to their primaries as pg_dist_node names them (${
+      [...primaries.all()]
+        .filter(([group]) => group !== own && group !== 0)
+        .map(([group, node]) => `group ${group} at ${node}`)
         .join(', ') || 'none yet'
-    }), which this instance must reach as the coordinator does`,
+    }, read again every ${limits.citus.primariesCheck} ms), which this instance must reach as the coordinator does`,
     { citus: 'routed' },
   )
-  const others = new Map<string, Opened>()
+  const others = new Map<number, Opened>()
+  primaries.onChange((group, node, was) => {
+    const opened = others.get(group)
+    if (opened === undefined) return
+    const sockets = opened.cut(
+      connectionError(`the primary of Citus group ${group} moved to ${node}`, 'ECONNRESET'),
+    )
+    log.info(
+      `creates whose rows are in Citus group ${group} go to its new primary at ${node}${
+        sockets > 0
+          ? `; closed ${sockets} connection(s) to ${was}`
+          : ` (no connection to ${was} was left open)`
+      }`,
+      { group, node, was, sockets },
+    )
+  })
   const storeOf = (plant: NewPlant): PlantStore => {
-    const path = writePath()
-    const group = path.placementOf?.(plant.id).group ?? ownGroup
-    const node = group === ownGroup ? undefined : path.nodes?.get(group)
-    if (node === undefined) return own.store
-    let opened = others.get(node)
+    const group = writePath().placementOf?.(plant.id).group ?? own
+    if (group === own || primaries.of(group) === undefined) return ownBatching.store
+    let opened = others.get(group)
     if (opened === undefined) {
-      opened = open(nodeUrl(url, node), node)
-      others.set(node, opened)
-      log.info(`creates whose rows are on the Citus worker at ${node} go straight to it`, {
-        node,
-      })
+      opened = open(group)
+      others.set(group, opened)
+      log.info(
+        `creates whose rows are in Citus group ${group} go straight to its primary, now at ${primaries.of(group)}`,
+        { group, node: primaries.of(group) },
+      )
     }
     return opened.store
   }
@@ -169,11 +211,12 @@ function openRoutedStore(url: string, log: Log, options: StoreOptions, ownGroup:
   return {
     store: Object.freeze({
       create: (plant, createdBy, expiresAt) => storeOf(plant).create(plant, createdBy, expiresAt),
-      probe: own.store.probe,
+      probe: ownBatching.store.probe,
       load,
     } satisfies PlantStore),
     async close() {
       await Promise.all(all.map((r) => r.close()))
     },
+    cut: (reason) => all.reduce((sockets, r) => sockets + r.cut(reason), 0),
   }
 }

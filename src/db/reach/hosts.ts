@@ -232,19 +232,23 @@ export async function writableUrl(text: string): Promise<string> {
  *
  * The driver is given the URL's first host only (`singleHostUrl`), so that a failed attempt
  * fails its statement and hands the connection back to the pool; which host is used is decided
- * here, afresh for each attempt.
+ * here, afresh for each attempt. `current`, where given, is asked for the URL at each attempt
+ * instead (a Citus group's primary as pg_dist_node names it now, which may have been demoted
+ * since): its host is used only while it takes writes.
  */
 export function hostConnector(
   url: string,
+  current?: () => string,
 ): OpenSocket & { hooks: (h: AttemptHooks) => OpenSocket } {
-  const hosts = hostsOf(url)
-  const probe = hosts.length > 1 && wantsWritable(url)
+  const fixed = hostsOf(url)
+  const probe = current !== undefined || (fixed.length > 1 && wantsWritable(url))
   const settings = tlsSettingsOf(url)
   const attempt =
     (hooks: AttemptHooks): OpenSocket =>
     async (target) => {
       const timeoutMs = (target.connect_timeout ?? 30) * 1000
       if (target.path) return connectSocket({ path: target.path }, timeoutMs, hooks)
+      const hosts = current === undefined ? fixed : hostsOf(current())
       if (hosts.length === 0)
         return openHost(
           { host: target.host[0] ?? 'localhost', port: target.port[0] ?? 5432 },

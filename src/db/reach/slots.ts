@@ -62,14 +62,17 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
   }
 }
 
-/** Opens `count` statement slots on `url`, each a pool of one connection. */
+/**
+ * Opens `count` statement slots on `url`, each a pool of one connection; where `current` is
+ * given, each connection goes to the URL it names at the time (`hostConnector`).
+ */
 export function openStatementSlots(
   url: string,
   log: Log,
   count: number,
-  options: Omit<SqlOptions, 'max' | 'socket'> = {},
+  { current, ...options }: Omit<SqlOptions, 'max' | 'socket'> & { current?: () => string } = {},
 ): StatementSlot[] {
-  const connector = hostConnector(url)
+  const connector = hostConnector(url, current)
   const open = () => {
     const sockets = trackedSockets(connector)
     return { sockets, sql: createSql(url, log, { ...options, max: 1, socket: sockets.open }) }

@@ -108,15 +108,26 @@ export type ServicePools = {
 
 /**
  * Opens the service's own pools on `url` (through a transaction pooler, LISTEN goes to
- * `sessionUrl`, since it needs a session). The creates have slots of their own (`slots.ts`).
+ * `sessionUrl`, since it needs a session; where `current` is given, to the URL it names at each
+ * connection, e.g. a Citus coordinator's primary as pg_dist_node names it now). The creates have slots of their own (`slots.ts`).
  */
 export function openServicePools(
   url: string,
   sessionUrl: string,
   log: Log,
-  options: Pick<SqlOptions, 'transactionPooler' | 'connectionClosed'>,
+  {
+    current,
+    ...options
+  }: Pick<SqlOptions, 'transactionPooler' | 'connectionClosed'> & {
+    /** The URL each connection of `sql` goes to at the time (`hostConnector`), where it moves. */
+    current?: () => string
+  },
 ): ServicePools {
-  const sql = createSql(url, log, { ...options, max: 2 })
+  const sql = createSql(url, log, {
+    ...options,
+    max: 2,
+    ...(current && { socket: hostConnector(url, current) }),
+  })
   const listen = options.transactionPooler
     ? createSql(sessionUrl, log, { max: 1, applicationName: 'plant-store listen' })
     : sql

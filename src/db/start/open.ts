@@ -32,6 +32,11 @@ export type Sessions = {
   readonly citusWorker: boolean
   /** On a Citus worker, its group in pg_dist_node (its own shards' placements name it). */
   readonly citusGroup?: number
+  /**
+   * `url` is the coordinator as the worker's pg_dist_node named it at start (no
+   * `DATABASE_DIRECT_URL`): the sessions follow its row there when Patroni moves it.
+   */
+  readonly coordinatorFromMetadata?: boolean
 }
 
 /**
@@ -85,6 +90,7 @@ export async function sessionsOf(
       writableUrl: await writableHostUrl(sessions),
       citusWorker: true,
       citusGroup: node.group,
+      coordinatorFromMetadata: direct === undefined,
     }
   }
   if (node?.role === 'coordinator' && say)
