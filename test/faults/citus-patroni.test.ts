@@ -164,8 +164,12 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
     assert.deepEqual(await lostAcknowledgements(await coordinator(), acknowledged), [])
   }
 
-  /** Prints what each instance answered, and the warnings each logged since `from` lines. */
-  const report = (event: string, lines: string[], from: number[] = []) => {
+  /**
+   * Prints what each instance answered, the warnings and Citus lines each logged since `from`,
+   * and what Patroni logged of the event on the members of `group` (its INFO and WARNING lines
+   * about leaders, promotion, demotion and pg_dist_node).
+   */
+  const report = (event: string, lines: string[], from: number[], group: number) => {
     const logged = instances.flatMap((i, n) => {
       const seen = new Set<string>()
       for (const l of i.service.lines.slice(from[n] ?? 0))
@@ -173,7 +177,22 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
           seen.add(`${i.name} ${l.level}: ${l.message}${l.error ? ` (${l.error})` : ''}`)
       return [...seen].slice(0, 12)
     })
-    process.stderr.write(`# ${event}\n${[...lines, ...logged].map((l) => `#   ${l}\n`).join('')}`)
+    const patroni = cluster.groupOf(group).flatMap((m) =>
+      cluster
+        .output(m)
+        .split('\n')
+        .filter((l) =>
+          /(INFO|WARNING|ERROR): .*(promot|demot|switchover|failover|leader|Lock owner|pg_dist_node|Cleaning up|acquired)/i.test(
+            l,
+          ),
+        )
+        .filter((l) => !/no action\. I am/.test(l))
+        .slice(-6)
+        .map((l) => `Patroni ${m.name}: ${l}`),
+    )
+    process.stderr.write(
+      `# ${event}\n${[...lines, ...logged, ...patroni].map((l) => `#   ${l}\n`).join('')}`,
+    )
   }
   const logMarks = () => instances.map((i) => i.service.lines.length)
 
@@ -196,7 +215,7 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
     lines.push(
       `pg_dist_node named ${moved.to.name} ${Math.round(updated - started)} ms after the switchover was asked; W1's first group-2 200 after it: +${firstAfter ? Math.round(firstAfter.at - updated) : '–'} ms`,
     )
-    report('worker switchover (group 2)', lines, marks)
+    report('worker switchover (group 2)', lines, marks, 2)
     for (const [i, d] of drives.entries()) {
       const name = instances[i]?.name
       assert.deepEqual(
@@ -262,7 +281,7 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
     lines.push(
       `the new primary ${to.name} took writes ${Math.round(writable - started)} ms after the ${event}; pg_dist_node named it ${Math.round(updated - writable)} ms later; C's first 200 after: +${firstAfter ? Math.round(firstAfter - writable) : '–'} ms; a token made then accepted by C, W1, W2 after ${tokenAccepted.map(Math.round).join(', ')} ms`,
     )
-    report(`coordinator ${event}`, lines, marks)
+    report(`coordinator ${event}`, lines, marks, 0)
     for (const [i, d] of drives.entries()) {
       const name = instances[i]?.name ?? ''
       assert.deepEqual(
@@ -316,7 +335,7 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
         `${name}: group 1 ${failed.ok.length} × 200, ${failed.unavailable.length} × 503, first 200 after the update +${firstAfter ? Math.round(firstAfter.at - updated) : '–'} ms; group 2 ${other.ok.length} × 200, ${other.unavailable.length} × 503`,
       )
     }
-    report('worker failover (group 1)', lines, marks)
+    report('worker failover (group 1)', lines, marks, 1)
     for (const [i, d] of drives.entries()) {
       const name = instances[i]?.name ?? ''
       assert.deepEqual(
