@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { promisify } from 'node:util'
 import postgres from 'postgres'
 import { freePort } from '../../src/db/start/embedded.ts'
 import { citusUnavailable, postgres15Bin } from './citus.ts'
@@ -15,6 +17,10 @@ import {
 } from './patroni.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
+
+const run = promisify(execFile)
+/** Debian's patronictl, from the patroni package (PATRONICTL_PATH to use another). */
+const patronictlPath = process.env.PATRONICTL_PATH || '/usr/bin/patronictl'
 
 // Citus made highly available as its users do it: Patroni 3 in Citus mode (Debian's patroni and
 // etcd-server), one Patroni cluster per Citus group under one `scope`, each group a primary and a
@@ -262,23 +268,26 @@ export async function startCitusPatroniCluster(
     leaders,
     /** What Patroni of `member` printed last. */
     output: (m: CitusMember) => outputs.get(m.name)?.() ?? '',
-    /** A planned switchover of `group` to another member, through its leader's REST API. */
+    /**
+     * A planned switchover of `group` to its other member, as an operator makes it:
+     * `patronictl switchover --group G --leader … --candidate … --force`, which returns once
+     * Patroni has done it.
+     */
     async switchover(group: number): Promise<{ from: CitusMember; to: CitusMember }> {
       const from = await leaderOf(group)
       const to = groupOf(group).find((m) => m !== from) as CitusMember
-      const res = await rest(
-        from,
-        '/switchover',
+      const config = configs.get(members[0]?.name ?? '')?.config
+      if (config === undefined) throw new Error('no member to read the configuration of')
+      const args = ['-c', config, 'switchover', '--group', String(group)]
+      await run(
+        patronictlPath,
+        [...args, '--leader', from.name, '--candidate', to.name, '--force'],
         {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ leader: from.name, candidate: to.name }),
+          timeout: 60_000,
         },
-        // Patroni answers once the switchover is done.
-        60_000,
-      )
-      if (res.status !== 200)
-        throw new Error(`the switchover was refused: ${res.status} ${res.text}`)
+      ).catch((err: { stdout?: string; stderr?: string }) => {
+        throw new Error(`patronictl switchover failed: ${err.stdout ?? ''} ${err.stderr ?? ''}`)
+      })
       return { from, to }
     },
     /** SIGKILLs `member`'s Patroni and then its postmaster: a machine lost. */
@@ -286,12 +295,6 @@ export async function startCitusPatroniCluster(
       const postmaster = member.postmasterPid()
       running.get(member.name)?.child.kill('SIGKILL')
       if (postmaster !== undefined) process.kill(postmaster, 'SIGKILL')
-    },
-    /** Starts `member`'s Patroni again (after `kill`): it rejoins its group. */
-    async restart(member: CitusMember): Promise<void> {
-      const c = configs.get(member.name)
-      if (c === undefined) throw new Error(`no member ${member.name}`)
-      await start(member, c.config, c.home)
     },
     cleanup: tmp,
   }
