@@ -290,6 +290,8 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
         summary(name, d),
       )
       if (i > 0) assert.ok(share(d, 200) >= 0.95, summary(name, d))
+      // A planned switchover costs no instance more than 1 % of its creates.
+      if (event === 'switchover') assert.ok(share(d, 200) >= 0.99, summary(name, d))
     }
     assert.ok(firstAfter !== undefined && firstAfter - writable <= 5000, lines.join('; '))
     for (const ms of tokenAccepted) assert.ok(ms <= 5000, lines.join('; '))
@@ -306,7 +308,7 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
     await nothingLost(drives)
   }
 
-  test('a coordinator switchover (group 0) under load: instances on workers go on creating (95 % 200), C on the group URL answers 200 within 5 s of the new primary taking writes, a token made there reaches every instance within 5 s, migrations find the new primary, no 500, nothing lost', () =>
+  test('a coordinator switchover (group 0) under load: 99 % of creates 200 on every instance, instances on workers go on creating (95 % 200), C on the group URL answers 200 within 5 s of the new primary taking writes, a token made there reaches every instance within 5 s, migrations find the new primary, no 500, nothing lost', () =>
     coordinatorEvent('switchover', async () => {
       await cluster.switchover(0)
     }))
