@@ -1,11 +1,10 @@
 import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres from 'postgres'
 import { freePort } from '../../src/db/start/embedded.ts'
-import { citusUnavailable, postgres15Bin } from './citus.ts'
+import { citusUnavailable } from './citus.ts'
 import type { Cleanup } from './database.ts'
 import {
   type PatroniMember,
@@ -14,6 +13,7 @@ import {
   serverUser,
   spawnLogged,
   startEtcd,
+  writeMemberConfig,
 } from './patroni.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
@@ -33,11 +33,9 @@ export function citusPatroniUnavailable(): string | undefined {
   return patroniUnavailable() ?? citusUnavailable()
 }
 
-/** One member of a group: PostgreSQL's and Patroni's REST ports, its processes. */
+/** One member of a group: PostgreSQL's and Patroni's REST ports, its postmaster. */
 export type CitusMember = PatroniMember & {
   readonly group: number
-  /** Patroni's process id while it runs. */
-  readonly patroniPid: () => number | undefined
   /** The postmaster's process id, from its postmaster.pid, while it runs. */
   readonly postmasterPid: () => number | undefined
 }
@@ -97,15 +95,13 @@ export async function startCitusPatroniCluster(
   for (let group = 0; group < groups; group++) {
     for (let n = 0; n < perGroup; n++) {
       const name = `g${group}n${n}`
-      const home = join(dir, name)
-      const data = join(home, 'data')
+      const data = join(dir, name, 'data')
       const port = await freePort()
       const member: CitusMember = {
         name,
         group,
         port,
         rest: await freePort(),
-        patroniPid: () => running.get(name)?.child.pid,
         postmasterPid: () => {
           const file = join(data, 'postmaster.pid')
           if (!existsSync(file)) return undefined
@@ -119,61 +115,15 @@ export async function startCitusPatroniCluster(
         },
       }
       members.push(member)
-      await mkdir(home)
-      await own(home)
-      const config = join(dir, `${name}.yml`)
-      await writeFile(
-        config,
-        JSON.stringify({
-          // One scope for every group; `citus.group` tells them apart.
-          scope: 'plants',
-          name,
-          citus: { group, database: 'plants' },
-          restapi: {
-            listen: `127.0.0.1:${member.rest}`,
-            connect_address: `127.0.0.1:${member.rest}`,
-          },
-          etcd3: { hosts: `127.0.0.1:${client}` },
-          bootstrap: {
-            dcs: {
-              ttl: 10,
-              loop_wait: 1,
-              retry_timeout: 4,
-              synchronous_mode: true,
-              postgresql: {
-                use_pg_rewind: false,
-                parameters: {
-                  hot_standby: 'on',
-                  fsync: 'off',
-                  max_connections: 300,
-                  'citus.node_conninfo': 'sslmode=disable',
-                },
-              },
-            },
-            initdb: [{ encoding: 'UTF8' }, { locale: 'C' }],
-            pg_hba: ['host all all 127.0.0.1/32 trust', 'host replication all 127.0.0.1/32 trust'],
-          },
-          postgresql: {
-            listen: `127.0.0.1:${port}`,
-            connect_address: `127.0.0.1:${port}`,
-            data_dir: data,
-            bin_dir: postgres15Bin,
-            pgpass: join(home, 'pgpass'),
-            authentication: {
-              superuser: { username: 'postgres', password: 'postgres' },
-              replication: { username: 'postgres', password: 'postgres' },
-            },
-            // A standby's copy starts at once rather than after the next checkpoint.
-            basebackup: { checkpoint: 'fast' },
-            parameters: {
-              unix_socket_directories: home,
-              // Citus connects to its own node by this name (Patroni's Citus documentation).
-              'citus.local_hostname': '127.0.0.1',
-            },
-          },
-        }),
-      )
-      await own(config)
+      const { config, home } = await writeMemberConfig(dir, own, member, client, {
+        // One scope for every group; `citus.group` tells them apart.
+        citus: { group, database: 'plants' },
+        dcsParameters: { max_connections: 300, 'citus.node_conninfo': 'sslmode=disable' },
+        // Citus connects to its own node by this name (Patroni's Citus documentation).
+        parameters: { 'citus.local_hostname': '127.0.0.1' },
+        // A standby's copy starts at once rather than after the next checkpoint.
+        basebackup: { checkpoint: 'fast' },
+      })
       configs.set(name, { config, home })
       await start(member, config, home)
     }

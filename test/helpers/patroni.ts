@@ -90,6 +90,81 @@ export async function startEtcd(t: Cleanup, dir: string): Promise<number> {
   return client
 }
 
+/** What a member's configuration adds to the one every member shares (`writeMemberConfig`). */
+export type MemberSettings = {
+  /** Patroni's Citus mode: the member's group, and the database Citus is made in. */
+  readonly citus?: { readonly group: number; readonly database: string }
+  /** PostgreSQL settings kept in etcd, the same on every member. */
+  readonly dcsParameters?: Record<string, unknown>
+  /** PostgreSQL settings of this member's own. */
+  readonly parameters?: Record<string, unknown>
+  /** How a standby copies its primary (`basebackup` options). */
+  readonly basebackup?: Record<string, unknown>
+}
+
+/**
+ * Writes the Patroni configuration of `member` into `dir`, with its home `dir/<name>` made and
+ * both handed to the servers' user (`own`); resolves with their paths. Every member: scope
+ * `plants`, etcd 3 at `etcd`, timings as Patroni's docs advise (`loop_wait + 2 × retry_timeout ≤
+ * ttl`), `synchronous_mode`, PostgreSQL 15 with fsync off and trust on 127.0.0.1, superuser and
+ * replication user `postgres`.
+ */
+export async function writeMemberConfig(
+  dir: string,
+  own: (path: string) => Promise<void>,
+  member: PatroniMember,
+  etcd: number,
+  { citus, dcsParameters = {}, parameters = {}, basebackup }: MemberSettings = {},
+): Promise<{ config: string; home: string }> {
+  const { name } = member
+  const home = join(dir, name)
+  await mkdir(home)
+  await own(home)
+  const config = join(dir, `${name}.yml`)
+  await writeFile(
+    config,
+    JSON.stringify({
+      scope: 'plants',
+      name,
+      ...(citus && { citus }),
+      restapi: {
+        listen: `127.0.0.1:${member.rest}`,
+        connect_address: `127.0.0.1:${member.rest}`,
+      },
+      etcd3: { hosts: `127.0.0.1:${etcd}` },
+      bootstrap: {
+        dcs: {
+          ttl: 10,
+          loop_wait: 1,
+          retry_timeout: 4,
+          synchronous_mode: true,
+          postgresql: {
+            use_pg_rewind: false,
+            parameters: { hot_standby: 'on', fsync: 'off', ...dcsParameters },
+          },
+        },
+        initdb: [{ encoding: 'UTF8' }, { locale: 'C' }],
+        pg_hba: ['host all all 127.0.0.1/32 trust', 'host replication all 127.0.0.1/32 trust'],
+      },
+      postgresql: {
+        listen: `127.0.0.1:${member.port}`,
+        connect_address: `127.0.0.1:${member.port}`,
+        data_dir: join(home, 'data'),
+        bin_dir: postgres15Bin,
+        pgpass: join(home, 'pgpass'),
+        authentication: {
+          superuser: { username: 'postgres', password: 'postgres' },
+          replication: { username: 'postgres', password: 'postgres' },
+        },
+        ...(basebackup && { basebackup }),
+        parameters: { unix_socket_directories: home, ...parameters },
+      },
+    }),
+  )
+  await own(config)
+  return { config, home }
+}
+
 /**
  * A Patroni 3 cluster as an operator runs one (Debian's packages): one etcd, and two members of
  * PostgreSQL 15, a leader and a synchronous replica (`synchronous_mode`), with the database
@@ -107,49 +182,9 @@ export async function startPatroniCluster(t: Cleanup) {
   for (const name of ['n0', 'n1']) {
     const member = { name, port: await freePort(), rest: await freePort() }
     members.push(member)
-    const home = join(dir, name)
-    await mkdir(home)
-    await own(home)
-    const config = join(dir, `${name}.yml`)
-    await writeFile(
-      config,
-      JSON.stringify({
-        scope: 'plants',
-        name,
-        restapi: {
-          listen: `127.0.0.1:${member.rest}`,
-          connect_address: `127.0.0.1:${member.rest}`,
-        },
-        etcd3: { hosts: `127.0.0.1:${client}` },
-        bootstrap: {
-          dcs: {
-            ttl: 10,
-            loop_wait: 1,
-            retry_timeout: 4,
-            synchronous_mode: true,
-            postgresql: {
-              use_pg_rewind: false,
-              parameters: { wal_level: 'replica', hot_standby: 'on', fsync: 'off' },
-            },
-          },
-          initdb: [{ encoding: 'UTF8' }, { locale: 'C' }],
-          pg_hba: ['host all all 127.0.0.1/32 trust', 'host replication all 127.0.0.1/32 trust'],
-        },
-        postgresql: {
-          listen: `127.0.0.1:${member.port}`,
-          connect_address: `127.0.0.1:${member.port}`,
-          data_dir: join(home, 'data'),
-          bin_dir: postgres15Bin,
-          pgpass: join(home, 'pgpass'),
-          authentication: {
-            superuser: { username: 'postgres', password: 'postgres' },
-            replication: { username: 'postgres', password: 'postgres' },
-          },
-          parameters: { unix_socket_directories: home },
-        },
-      }),
-    )
-    await own(config)
+    const { config, home } = await writeMemberConfig(dir, own, member, client, {
+      dcsParameters: { wal_level: 'replica' },
+    })
     const p = spawnLogged(patroniPath, [config], { ...user, env: { ...process.env, HOME: home } })
     processes.push(p)
     tmp.after(async () => {
