@@ -50,17 +50,18 @@ type StoreOptions = {
   readonly citus?: { readonly group: number; readonly primaries: CitusPrimaries } | undefined
 }
 
-type Opened = {
-  store: PlantStore
-  close: () => Promise<void>
+type Opened = { store: PlantStore; close: () => Promise<void> }
+
+/** One batching on slots of its own, which its owner can cut. */
+type Batching = Opened & {
   /** Cuts every connection of its slots (what a statement in flight meets is sent again). */
   cut: (reason: Error) => number
 }
 
 /**
  * Opens the plant store on `url`: creates batched onto statement slots of their own, sent as
- * the write path says. On a Citus worker (`citusGroup`), one such batching per worker, each
- * create going to the worker that holds its row (`openRoutedStore`).
+ * the write path says. On a Citus worker (`citus`), one such batching per group, each create
+ * going to the primary of the group that holds its row (`openRoutedStore`).
  */
 export function openPlantStore(url: string, log: Log, options: StoreOptions): Opened {
   const { writePath, citus } = options
@@ -83,25 +84,21 @@ function openBatching(
     current,
     waitingElsewhere,
   }: { node?: () => string; current?: () => string; waitingElsewhere?: () => number } = {},
-): Opened {
+): Batching {
   const slots = openStatementSlots(url, log, batchLimits.maxInFlight, {
     connectionClosed,
     transactionPooler,
     ...(current && { current }),
   })
-  const where = () => (node === undefined ? '' : ` (the Citus worker at ${node()})`)
+  const named = node && (() => `the Citus worker at ${node()}`)
   const store = batchOnSlots(slots, batchLimits, path, {
     statementRan,
-    ...gapHooks(
-      log,
-      gapMetrics,
-      node === undefined ? undefined : () => `the Citus worker at ${node()}`,
-    ),
+    ...gapHooks(log, gapMetrics, named),
     ...(waitingElsewhere && { waitingElsewhere }),
     readOnly: leaveReadOnlyServer(log),
     cutLoose: (slot, ms, sockets) =>
       log.warn(
-        `no answer from the database${where()} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
+        `no answer from the database${named ? ` (${named()})` : ''} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
         { sockets, ...(node !== undefined && { node: node() }) },
       ),
   })
@@ -144,15 +141,16 @@ function openRoutedStore(
   }
   // A batch here holds the rows of one worker: one VALUES statement, never split.
   const oneStatement = (): BatchPath => ({ shape: 'values' })
-  const all: Opened[] = []
-  const waitingBeside = (opened: () => Opened | undefined) => () => {
+  const all: Batching[] = []
+  const waitingBeside = (opened: () => Batching | undefined) => () => {
     let waiting = 0
     for (const other of all) if (other !== opened()) waiting += other.store.load().queued
     return waiting
   }
+  /** This group's batching on `url`, or another `group`'s on its current primary. */
   const open = (group?: number) => {
-    let opened: Opened | undefined
-    const node = () => primaries.of(group ?? own) ?? 'unknown'
+    let opened: Batching | undefined
+    const node = () => (group === undefined ? undefined : primaries.of(group)) ?? 'unknown'
     opened = openBatching(url, log, options, batchLimits, oneStatement, {
       ...(group !== undefined && { node, current: () => nodeUrl(url, node()) }),
       waitingElsewhere: waitingBeside(() => opened),
@@ -170,7 +168,7 @@ function openRoutedStore(
     }, read again every ${limits.citus.primariesCheck} ms), which this instance must reach as the coordinator does`,
     { citus: 'routed' },
   )
-  const others = new Map<number, Opened>()
+  const others = new Map<number, Batching>()
   primaries.onChange((group, node, was) => {
     const opened = others.get(group)
     if (opened === undefined) return
@@ -217,6 +215,5 @@ function openRoutedStore(
     async close() {
       await Promise.all(all.map((r) => r.close()))
     },
-    cut: (reason) => all.reduce((sockets, r) => sockets + r.cut(reason), 0),
   }
 }

@@ -109,7 +109,8 @@ export type ServicePools = {
 /**
  * Opens the service's own pools on `url` (through a transaction pooler, LISTEN goes to
  * `sessionUrl`, since it needs a session; where `current` is given, to the URL it names at each
- * connection, e.g. a Citus coordinator's primary as pg_dist_node names it now). The creates have slots of their own (`slots.ts`).
+ * connection, e.g. a Citus coordinator's primary as pg_dist_node names it now). The creates
+ * have slots of their own (`slots.ts`).
  */
 export function openServicePools(
   url: string,
