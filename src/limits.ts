@@ -71,6 +71,11 @@ export const limits = {
   },
   /** Failed authentications a client address may make per window before it gets 429 (42901). */
   authFailures: { allowed: 100, windowSeconds: 10 },
+  /**
+   * The clients a rate limit (RATE_LIMIT, AUTH_FAILURE_LIMIT) counts at once; the longest unseen
+   * is forgotten first, so that a flood of addresses or tokens cannot grow memory.
+   */
+  rateLimitKeys: 10_000,
   /** Token lifetimes and rotation, in milliseconds. */
   tokens: {
     /** A new token lives this long unless told otherwise: 90 days, as GitLab pre-fills. */
@@ -89,6 +94,10 @@ export const limits = {
     reloadEvery: 30_000,
     /** After a failed write of last uses, none is tried again for this long. */
     lastUsePauseAfterFailure: 10_000,
+    /** Failed writes of last uses are logged at most this often. */
+    lastUseFailureLogEvery: 60_000,
+    /** Tokens that expire within `warnBefore` are logged again this often while an instance runs. */
+    warnEvery: 86_400_000,
   },
   /** Citus, in milliseconds. */
   citus: {

@@ -59,7 +59,7 @@ export function createLastUse(
       // Forget what was not written, so that the tokens' next uses try again.
       for (const id of ids) written.delete(id)
       const now = Date.now()
-      if (now - failedAt >= 60_000)
+      if (now - failedAt >= limits.tokens.lastUseFailureLogEvery)
         log.warn(`could not record when tokens were last used: ${describeError(err)}`, {
           tokens: ids.length,
         })

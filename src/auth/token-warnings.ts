@@ -40,7 +40,10 @@ export async function warnAboutExpiringTokens(sql: Sql, log: Log, now = Date.now
 export async function watchTokenLifetimes(
   sql: Sql,
   log: Log,
-  { everyMs = 86_400_000, unwarned }: { everyMs?: number; unwarned?: string | undefined } = {},
+  {
+    everyMs = limits.tokens.warnEvery,
+    unwarned,
+  }: { everyMs?: number; unwarned?: string | undefined } = {},
 ): Promise<() => void> {
   await warnAboutEverlastingTokens(sql, log, unwarned)
   await warnAboutExpiringTokens(sql, log)

@@ -1,10 +1,15 @@
 import { isIP } from 'node:net'
+import { limits } from '../limits.ts'
 
 /**
  * A token bucket per key: `capacity` requests at once, refilled at `capacity` per `windowSeconds`.
  * At most `maxKeys` keys are kept (the oldest go first), so a flood of keys cannot grow memory.
  */
-export function createBuckets(capacity: number, windowSeconds: number, maxKeys = 10_000) {
+export function createBuckets(
+  capacity: number,
+  windowSeconds: number,
+  maxKeys: number = limits.rateLimitKeys,
+) {
   const perMs = capacity / (windowSeconds * 1000)
   const buckets = new Map<string, { tokens: number; at: number }>()
   const level = (key: string, now: number) => {
