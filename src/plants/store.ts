@@ -56,6 +56,8 @@ type Opened = { store: PlantStore; close: () => Promise<void> }
 type Batching = Opened & {
   /** Cuts every connection of its slots (what a statement in flight meets is sent again). */
   cut: (reason: Error) => number
+  /** Creates waiting for a statement. */
+  queued: () => number
 }
 
 /**
@@ -108,6 +110,7 @@ function openBatching(
       await Promise.all(slots.map((slot) => slot.end()))
     },
     cut: (reason) => slots.reduce((sockets, slot) => sockets + slot.cut(reason), 0),
+    queued: store.queued,
   }
 }
 
@@ -144,7 +147,7 @@ function openRoutedStore(
   const all: Batching[] = []
   const waitingBeside = (opened: () => Batching | undefined) => () => {
     let waiting = 0
-    for (const other of all) if (other !== opened()) waiting += other.store.load().queued
+    for (const other of all) if (other !== opened()) waiting += other.queued()
     return waiting
   }
   /** This group's batching on `url`, or another `group`'s on its current primary. */

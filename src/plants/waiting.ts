@@ -1,0 +1,215 @@
+import { isUnavailable, type ResendReason } from '../db/reach/unavailable.ts'
+import { DatabaseUnavailable } from '../outcome.ts'
+
+/** An item that waits for its outcome: queued, in a statement in flight, or held. */
+export type Pending<I, O> = {
+  readonly item: I
+  readonly expiresAt: number
+  readonly resolve: (outcome: O) => void
+  readonly reject: (err: unknown) => void
+  /** Answered: never sent again, and a later outcome changes nothing. */
+  done: boolean
+  /** When its first statement failed for want of a database (held), and why the last did. */
+  heldAt?: number
+  lastReason?: ResendReason
+}
+
+/** What the waiting items tell the rest of the service (the batcher's hooks of the same names). */
+export type WaitingHooks = {
+  /**
+   * A statement failed for want of a database (`reason`, `error`): `items` of it, not yet past
+   * their deadlines, wait to be sent again, `first` of them held for the first time.
+   */
+  readonly held?: (reason: ResendReason, items: number, first: number, error: unknown) => void
+  /**
+   * A held item ended `seconds` after its first statement failed: answered by the database
+   * (stored, a retry, a conflict), or unavailable (503, at its deadline).
+   */
+  readonly heldEnded?: (outcome: 'answered' | 'unavailable', seconds: number) => void
+  /** An item was answered unavailable at its deadline, held or never sent. */
+  readonly expired?: () => void
+  /**
+   * Items waiting in other batchers that share this one's `maxQueued` (an instance on a Citus
+   * worker has one batcher per worker, and one limit): counted with its own queue.
+   */
+  readonly waitingElsewhere?: () => number
+}
+
+/** The refusal of an item past `maxQueued` waiting (503, `queue_full`). */
+const queueFull = (maxQueued: number) =>
+  new DatabaseUnavailable(`more than ${maxQueued} creates are waiting`, { reason: 'queue_full' })
+
+/** The answer at a deadline: `lastReason`, if the item was held, says what it was sent again for. */
+export const pastDeadline = (lastReason?: ResendReason) =>
+  new DatabaseUnavailable(
+    lastReason === undefined
+      ? "no answer from the database before the request's deadline"
+      : `no database took the create before the request's deadline (sent again while ${lastReason.replaceAll('_', ' ')})`,
+    { reason: 'deadline' },
+  )
+
+/**
+ * The items waiting for a statement, in the order of their deadlines, and every item's one
+ * answer: its outcome, or unavailable at its deadline, whether it still waits or its statement
+ * is in flight (the driver may stall for seconds while it reconnects). One timer watches the
+ * queue's oldest item and one each statement in flight, rather than one per item. At most
+ * `maxQueued` wait, with those of `waitingElsewhere`.
+ */
+export function createWaiting<I, O>(
+  maxQueued: number,
+  {
+    held = () => {},
+    heldEnded = () => {},
+    expired = () => {},
+    waitingElsewhere = () => 0,
+  }: WaitingHooks = {},
+) {
+  const queue: Pending<I, O>[] = []
+  let queueTimer: ReturnType<typeof setTimeout> | undefined
+
+  function answer(p: Pending<I, O>, outcome: O): void {
+    if (p.done) return
+    p.done = true
+    if (p.heldAt !== undefined) heldEnded('answered', (performance.now() - p.heldAt) / 1000)
+    p.resolve(outcome)
+  }
+
+  function fail(p: Pending<I, O>, err: unknown): void {
+    if (p.done) return
+    p.done = true
+    if (p.heldAt !== undefined)
+      heldEnded(
+        isUnavailable(err) ? 'unavailable' : 'answered',
+        (performance.now() - p.heldAt) / 1000,
+      )
+    p.reject(err)
+  }
+
+  function expire(p: Pending<I, O>): void {
+    if (p.done) return
+    expired()
+    fail(p, pastDeadline(p.lastReason))
+  }
+
+  function watchQueue(): void {
+    const head = queue[0]
+    if (queueTimer !== undefined || head === undefined || head.expiresAt === Infinity) return
+    queueTimer = setTimeout(
+      () => {
+        queueTimer = undefined
+        dropExpired()
+        watchQueue()
+      },
+      Math.max(0, head.expiresAt - performance.now()),
+    )
+  }
+
+  /** Watches the queue's head afresh: it changed to one with an earlier deadline. */
+  function rewatchQueue(): void {
+    clearTimeout(queueTimer)
+    queueTimer = undefined
+    watchQueue()
+  }
+
+  // The queue is in the order of deadlines, so the expired items lead it.
+  function dropExpired(): void {
+    const now = performance.now()
+    let count = 0
+    while (count < queue.length && (queue[count]?.expiresAt ?? now) <= now) count++
+    for (const p of queue.splice(0, count)) expire(p)
+  }
+
+  /**
+   * Queues `item` by its deadline (last, unless it came after a later one); resolves with its
+   * outcome. Refused at once, never queued, when `maxQueued` already wait.
+   */
+  function add(item: I, expiresAt: number): Promise<O> {
+    // The one check of the limit on items waiting, whichever batcher of the instance they wait in.
+    if (queue.length + waitingElsewhere() >= maxQueued) return Promise.reject(queueFull(maxQueued))
+    return new Promise<O>((resolve, reject) => {
+      const p: Pending<I, O> = { item, expiresAt, resolve, reject, done: false }
+      let at = queue.length
+      while (at > 0 && (queue[at - 1]?.expiresAt ?? 0) > p.expiresAt) at--
+      queue.splice(at, 0, p)
+      // A new head has an earlier deadline than the one watched.
+      if (at === 0) rewatchQueue()
+      else watchQueue()
+    })
+  }
+
+  /** Takes up to `most` of the items waiting, the earliest deadlines first, for one statement. */
+  function take(most: number): Pending<I, O>[] {
+    dropExpired()
+    const batch = queue.splice(0, most)
+    watchQueue()
+    return batch
+  }
+
+  /**
+   * Holds the items of a statement that failed for want of a database: those still within their
+   * deadlines go back to the queue, ahead of every later item, to be sent again; the latest of
+   * the queue past `maxQueued` are refused as a full queue refuses (never sent).
+   */
+  function putBack(batch: readonly Pending<I, O>[], reason: ResendReason, err: unknown): void {
+    const now = performance.now()
+    const again: Pending<I, O>[] = []
+    let first = 0
+    for (const p of batch) {
+      if (p.done) continue
+      if (p.expiresAt <= now) {
+        expire(p)
+        continue
+      }
+      if (p.heldAt === undefined) {
+        p.heldAt = now
+        first++
+      }
+      p.lastReason = reason
+      again.push(p)
+    }
+    held(reason, again.length, first, err)
+    // One merge of the two lists in deadline order, rather than an insertion each.
+    again.sort((a, b) => a.expiresAt - b.expiresAt)
+    const merged: Pending<I, O>[] = []
+    let i = 0
+    for (const q of queue) {
+      for (let p = again[i]; p !== undefined && p.expiresAt <= q.expiresAt; p = again[++i])
+        merged.push(p)
+      merged.push(q)
+    }
+    for (let p = again[i]; p !== undefined; p = again[++i]) merged.push(p)
+    queue.length = 0
+    for (const p of merged) queue.push(p)
+    const room = Math.max(0, maxQueued - waitingElsewhere())
+    for (const p of queue.splice(room)) fail(p, queueFull(maxQueued))
+    rewatchQueue()
+  }
+
+  /** Answers each item of a statement in flight at its deadline; returns the stop. */
+  function watchInFlight(batch: readonly Pending<I, O>[]): () => void {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const check = () => {
+      const now = performance.now()
+      let next = Number.POSITIVE_INFINITY
+      for (const p of batch) {
+        if (p.done) continue
+        if (p.expiresAt <= now) expire(p)
+        else if (p.expiresAt < next) next = p.expiresAt
+      }
+      timer = next === Number.POSITIVE_INFINITY ? undefined : setTimeout(check, next - now)
+    }
+    check()
+    return () => clearTimeout(timer)
+  }
+
+  return Object.freeze({
+    add,
+    take,
+    putBack,
+    watchInFlight,
+    answer,
+    fail,
+    /** Items waiting for a statement (not those in flight). */
+    size: () => queue.length,
+  })
+}
