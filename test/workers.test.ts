@@ -4,6 +4,7 @@ import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
+import { exchange, openSocket } from './helpers/raw-http.ts'
 import { uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -99,6 +100,42 @@ async function postUntilEach(
     )
   assert.ok(seen(), `workers ${workers} did not all answer in ${answers.length} creates`)
   return answers
+}
+
+/**
+ * Kept-alive connections, `each` per worker in `workers`, each known by the worker that answered
+ * a GET /healthz on it (opened 4 at a time, at most 400); the others are closed.
+ */
+async function connectionsOfEach(
+  service: ServiceProcess,
+  workers: readonly number[],
+  each: number,
+): Promise<{ socket: Socket; worker: number }[]> {
+  const kept: { socket: Socket; worker: number }[] = []
+  const count = (w: number) => kept.filter((k) => k.worker === w).length
+  for (let opened = 0; workers.some((w) => count(w) < each); opened += 4) {
+    assert.ok(opened < 400, `workers ${workers} did not each take ${each} of ${opened} connections`)
+    const round = await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        const socket = await openSocket(service.base)
+        after(() => socket.destroy())
+        const requestId = `owner-${uniqueId()}`
+        const answer = await exchange(
+          socket,
+          `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${requestId}\r\n\r\n`,
+        )
+        assert.equal(answer.status, 200)
+        await within(2000, async () => service.lines.some((l) => l.requestId === requestId))
+        const worker = service.lines.find((l) => l.requestId === requestId)?.worker
+        return { socket, worker: Number(worker) }
+      }),
+    )
+    for (const r of round) {
+      if (workers.includes(r.worker) && count(r.worker) < each) kept.push(r)
+      else r.socket.destroy()
+    }
+  }
+  return kept
 }
 
 async function startWorkers(db: TestDatabase): Promise<ServiceProcess> {
@@ -266,26 +303,52 @@ describe('WORKERS=2', () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
     const token = await tokenFor(db.sql, service.base, `drain-${uniqueId()}`)
-    const ids = Array.from({ length: 20 }, () => uniqueId())
+    // Which worker owns a connection is the kernel's choice: keep 5 connections of each, known by
+    // the worker that answered a first request on them, so that both have creates in flight.
+    const owned = await connectionsOfEach(service, [1, 2], 5)
+    const ids = owned.map(() => uniqueId())
     // A lock held by the test keeps every create in flight past the signal.
     const unlock = await holdPlantsLock(db.sql)
-    const sent = ids.map((id) => post(service, token, id, `drained ${id}`))
-    await new Promise((r) => setTimeout(r, 700))
+    const sent = owned.map(({ socket }, i) => {
+      const body = JSON.stringify({ id: ids[i], name: `drained ${ids[i]}` })
+      return exchange(
+        socket,
+        `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+          `X-Request-Id: drain-${ids[i]}\r\n\r\n${body}`,
+      )
+    })
+    // Each worker's batch waits on the lock in a session of its own.
+    await within(5000, async () => {
+      const [row] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`
+      return (row?.n ?? 0) >= 2
+    })
     service.child.kill('SIGTERM')
     await new Promise((r) => setTimeout(r, 500))
     await unlock()
     const answers = await Promise.all(sent)
     assert.deepEqual(
       answers.map((a) => a.status),
-      Array(20).fill(200),
+      Array(owned.length).fill(200),
     )
-    assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([1, 2]))
+    await within(2000, async () =>
+      ids.every((id) => service.lines.some((l) => l.requestId === `drain-${id}`)),
+    )
+    const workers = ids.map(
+      (id) => service.lines.find((l) => l.requestId === `drain-${id}`)?.worker,
+    )
+    assert.deepEqual(
+      workers,
+      owned.map((o) => o.worker),
+    )
     assert.equal(await service.exited, 0)
     const stopped = service.lines.filter((l) => l.message === 'stopped')
     assert.deepEqual(new Set(stopped.map((l) => l.worker)), new Set([1, 2, undefined]))
     const [row] = await db.sql<{ n: number }[]>`
       select count(*)::int as n from plants where id = any(${ids.map(String)}::int8[])`
-    assert.equal(row?.n, 20)
+    assert.equal(row?.n, ids.length)
   })
 
   test('four unread connections flooding /metrics: the primary aggregates for all at once, /healthz and creates answer, no 500', async () => {
