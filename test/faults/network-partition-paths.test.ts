@@ -33,7 +33,8 @@ async function throughPgBouncer(t: Cleanup): Promise<Arranged> {
   return { base: service.url, token, store: service.store, logs, port: bouncer.port, check: db.sql }
 }
 
-describe('a silent network partition on the other ways to the database', () => {
+// Each test cuts a port of its own (a PgBouncer's, a primary's): the two run at once.
+describe('a silent network partition on the other ways to the database', { concurrency: 2 }, () => {
   for (const [what, arrange] of [
     ['between the service and PgBouncer', throughPgBouncer],
     ['between the service and the primary of a multi-host URL', (t: Cleanup) => onFailoverUrl(t)],

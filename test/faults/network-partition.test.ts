@@ -28,7 +28,10 @@ async function onItsOwnServer(t: Cleanup): Promise<Arranged> {
   return { ...s, port, check: sql }
 }
 
-describe('a silent network partition between the service and PostgreSQL', () => {
+// Each test cuts the port of a server of its own: the three run at once, their waits overlapped.
+describe('a silent network partition between the service and PostgreSQL', {
+  concurrency: 3,
+}, () => {
   for (const [seconds, direction] of [
     [20, 'both'],
     [20, 'from-port'],
