@@ -151,7 +151,11 @@ async function retryAll(base: string, token: string, bodies: string[]): Promise<
   return statuses
 }
 
-describe('a primary with a synchronous standby (real PostgreSQL servers)', () => {
+// Every test starts servers and a service of its own: two run at once, so that one's waits (the
+// standby's catch-up, the 6 s after the promotion) overlap the other's.
+describe('a primary with a synchronous standby (real PostgreSQL servers)', {
+  concurrency: 2,
+}, () => {
   test('listed standby first, the service migrates on and writes to the primary only; every 200 is on the standby too', async () => {
     const { primary, standby, cleanup } = await startPrimaryAndStandby({ after })
     const service = await serviceOn([standby.port, primary.port], cleanup)

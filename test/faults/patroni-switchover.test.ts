@@ -13,7 +13,8 @@ import { within } from '../helpers/wait.ts'
 const missing = patroniUnavailable()
 const skip = missing !== undefined && !process.env.CI ? missing : false
 
-describe('a Patroni switchover', { skip }, () => {
+// Each test starts a cluster (etcd, Patroni, servers) of its own: the two run at once.
+describe('a Patroni switchover', { skip, concurrency: 2 }, () => {
   /**
    * A planned switchover under 8 keep-alive clients, the service reaching the cluster by
    * `how`: every create 200, none slower than the deadline + 0.5 s, none lost.

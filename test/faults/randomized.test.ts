@@ -156,7 +156,8 @@ if (noPartition !== undefined && process.env.CI === undefined)
     `test/faults/randomized.test.ts: the partition is left out: ${noPartition}\n`,
   )
 
-describe('a randomized fault run, judged from the whole history', () => {
+// Each seed runs on servers, ports and a service of its own: the seeds run at once.
+describe('a randomized fault run, judged from the whole history', { concurrency: true }, () => {
   for (const seed of seeds)
     test(`seed ${seed}: acknowledged = stored, one winner, 40009 only for a real conflict, no row from nowhere, every answer well-formed and within the deadline + 1.5 s, no 503 in a fault shorter than the deadline, the first 200 within 5 s of every heal, every indeterminate create converging on retry`, async (t) => {
       const random = seeded(seed)

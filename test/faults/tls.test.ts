@@ -45,7 +45,8 @@ const noOpenssl =
 const skip = process.env.CI === undefined && noOpenssl !== undefined ? noOpenssl : false
 if (skip) process.stderr.write(`test/faults/tls.test.ts: skipped: ${skip}\n`)
 
-describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip }, () => {
+// Every test starts servers of its own: two run at once.
+describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip, concurrency: 2 }, () => {
   test('sslmode=verify-full with the CA in sslrootcert: migrations, create, retry and 40009 hold, and every session of the service is encrypted', async () => {
     const { primary, standby, caFile, cleanup } = await startPrimaryAndStandby(
       { after },
