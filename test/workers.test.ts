@@ -4,7 +4,7 @@ import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
-import { exchange, openSocket } from './helpers/raw-http.ts'
+import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
 import { uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -12,6 +12,15 @@ import { within } from './helpers/wait.ts'
 // on a new connection, which the primary hands to the workers in turn.
 
 type Answer = { status: number; body: string; worker: unknown }
+
+/**
+ * The worker that answered the request `requestId`, from its log line (a worker writes it at the
+ * end of the event-loop turn that answered, so it may follow the answer by a moment).
+ */
+async function workerOf(service: ServiceProcess, requestId: string): Promise<unknown> {
+  await within(2000, async () => service.lines.some((l) => l.requestId === requestId))
+  return service.lines.find((l) => l.requestId === requestId)?.worker
+}
 
 /** POST /plants on a connection of its own; which worker answered, from the service's log. */
 function post(service: ServiceProcess, token: string, id: number, name = 'worker fern') {
@@ -35,12 +44,8 @@ function post(service: ServiceProcess, token: string, id: number, name = 'worker
           text += c.toString()
         })
         res.on('end', () => {
-          // The worker writes its line at the end of the event-loop turn that answered.
-          within(2000, async () => service.lines.some((l) => l.requestId === requestId)).then(
-            () => {
-              const line = service.lines.find((l) => l.requestId === requestId)
-              resolve({ status: res.statusCode ?? 0, body: text, worker: line?.worker })
-            },
+          workerOf(service, requestId).then(
+            (worker) => resolve({ status: res.statusCode ?? 0, body: text, worker }),
             reject,
           )
         })
@@ -125,9 +130,7 @@ async function connectionsOfEach(
           `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${requestId}\r\n\r\n`,
         )
         assert.equal(answer.status, 200)
-        await within(2000, async () => service.lines.some((l) => l.requestId === requestId))
-        const worker = service.lines.find((l) => l.requestId === requestId)?.worker
-        return { socket, worker: Number(worker) }
+        return { socket, worker: Number(await workerOf(service, requestId)) }
       }),
     )
     for (const r of round) {
@@ -313,9 +316,7 @@ describe('WORKERS=2', () => {
       const body = JSON.stringify({ id: ids[i], name: `drained ${ids[i]}` })
       return exchange(
         socket,
-        `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
-          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-          `X-Request-Id: drain-${ids[i]}\r\n\r\n${body}`,
+        createRequest(body, `Authorization: Bearer ${token}\r\nX-Request-Id: drain-${ids[i]}\r\n`),
       )
     })
     // Each worker's batch waits on the lock in a session of its own.
@@ -333,14 +334,8 @@ describe('WORKERS=2', () => {
       answers.map((a) => a.status),
       Array(owned.length).fill(200),
     )
-    await within(2000, async () =>
-      ids.every((id) => service.lines.some((l) => l.requestId === `drain-${id}`)),
-    )
-    const workers = ids.map(
-      (id) => service.lines.find((l) => l.requestId === `drain-${id}`)?.worker,
-    )
     assert.deepEqual(
-      workers,
+      await Promise.all(ids.map((id) => workerOf(service, `drain-${id}`))),
       owned.map((o) => o.worker),
     )
     assert.equal(await service.exited, 0)

@@ -2,7 +2,13 @@ import assert from 'node:assert/strict'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { parseJsonBody } from '../../src/plants/parse-json.ts'
-import { openSocket, rawRequest, readUntilClosed, statusLinesOf } from '../helpers/raw-http.ts'
+import {
+  createRequest,
+  openSocket,
+  rawRequest,
+  readUntilClosed,
+  statusLinesOf,
+} from '../helpers/raw-http.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { within } from '../helpers/wait.ts'
 
@@ -14,8 +20,7 @@ const auth = `Authorization: Bearer ${s.token}\r\n`
 const json = 'Content-Type: application/json\r\n'
 
 function create(id: number, headers = auth): string {
-  const body = JSON.stringify({ id, name: `pipelined ${id}` })
-  return `POST /plants HTTP/1.1\r\nHost: x\r\n${headers}${json}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  return createRequest(JSON.stringify({ id, name: `pipelined ${id}` }), headers)
 }
 
 const statusesOf = (bytes: string) => statusLinesOf(s.base, bytes)

@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { exchange, openSocket } from '../helpers/raw-http.ts'
+import { createRequest, exchange, openSocket } from '../helpers/raw-http.ts'
 import { within } from '../helpers/wait.ts'
 
 // README, Limits: out of file handles (EMFILE) opening a database connection holds a create and
@@ -17,10 +17,9 @@ type Answer = { status: number; retryAfter: string | undefined; body: string }
 
 /** A create on `socket`, kept alive: writes the request and reads one whole answer. */
 async function create(socket: Socket, token: string, id: number): Promise<Answer> {
-  const body = JSON.stringify({ id, name: 'handles' })
   const res = await exchange(
     socket,
-    `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    createRequest(JSON.stringify({ id, name: 'handles' }), `Authorization: Bearer ${token}\r\n`),
   )
   return { status: res.status, retryAfter: res.headers['retry-after'], body: res.body }
 }

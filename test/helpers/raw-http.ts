@@ -80,6 +80,11 @@ export function exchange(socket: Socket, bytes: string): Promise<RawResponse> {
   })
 }
 
+/** The bytes of `POST /plants` with the JSON `body`, after `headers` (lines each ending in CRLF). */
+export function createRequest(body: string, headers: string): string {
+  return `POST /plants HTTP/1.1\r\nHost: x\r\n${headers}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+}
+
 /** Sends `bytes` as they are (the request must ask for `Connection: close`) and reads the answer. */
 export async function rawRequest(base: string, bytes: string | Uint8Array): Promise<RawResponse> {
   const socket = await openSocket(base)
