@@ -124,9 +124,10 @@ if (perRuntime) {
   const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
   files.splice(0, files.length, ...kept)
 }
-// The longest files first, as measured (2026-11-27, seconds of a whole run five at a time beside
-// a busy core), so that the rest fill the time beside them instead of leaving one to run alone at
-// the end; the others, under 30 s each, follow in name order.
+// The longest files first, as measured on 2026-11-27 beside a busy core (seconds: in a whole run
+// five files at a time; for the fault files whose tests overlap, the file run two at a time), so
+// that the rest fill the time beside them instead of leaving one to run alone at the end; the
+// others, under 30 s each, follow in name order.
 const longest = [
   'test/citus.test.ts', // 177
   'test/faults/failover.test.ts', // 100
@@ -166,10 +167,10 @@ log.info(`test database ready: ${db.kind}`, {
   image: db.detail,
   files: files.length,
 })
-// A file that runs past 5 minutes has hung: the longest, the network-partition tests, cut the
-// database off for 20 to 60 s at a time and take about 3.5 minutes.
+// A file that runs past 5 minutes has hung: the longest, the Citus tests on one shared cluster,
+// take about 3.5 minutes beside a busy core.
 // Files run this many at a time: most of the long ones wait out faults, and overlap (five at a
-// time: 8 min 7 to 8 min 31 s here with one core kept busy, against 8 min 52 s four at a time).
+// time: 7 min 30 s here with one core kept busy, docs/development.md; 8 min 52 s four at a time).
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 5
 const child = spawn(
   process.execPath,
