@@ -104,3 +104,84 @@ ${parts.join('\n')}
 </svg>
 `
 }
+
+/**
+ * Latency against rate (bench/phases/rates.ts): p50 (dashed) and p99 (solid) of each target at
+ * each share of the service's peak, on a logarithmic scale, as a standalone SVG.
+ */
+export function renderRatesChart(
+  rates: readonly {
+    share: number
+    rate: number
+    targets: Record<string, { p50: number; p99: number }>
+  }[],
+  peakRps: number,
+): string {
+  const width = 760
+  const height = 440
+  const left = 70
+  const right = width - 150
+  const top = 60
+  const bottom = 360
+  const colours: Record<string, string> = {
+    service: '#2e7d32',
+    baseline: '#ef6c00',
+    floor: '#1565c0',
+    pgbench: '#616161',
+  }
+  const values = rates.flatMap((r) => Object.values(r.targets).flatMap((t) => [t.p50, t.p99]))
+  const lo = 10 ** Math.floor(Math.log10(Math.max(0.01, Math.min(...values))))
+  const hi = 10 ** Math.ceil(Math.log10(Math.max(...values)))
+  const y = (v: number) =>
+    bottom - ((bottom - top) * (Math.log10(v) - Math.log10(lo))) / (Math.log10(hi) - Math.log10(lo))
+  const x = (i: number) => left + ((right - left) * (i + 0.5)) / rates.length
+  const parts: string[] = []
+  for (let v = lo; v <= hi * 1.001; v *= 10)
+    for (const m of [1, 2, 5]) {
+      const at = v * m
+      if (at > hi * 1.001) break
+      parts.push(
+        `<line x1="${left}" x2="${right}" y1="${y(at)}" y2="${y(at)}" stroke="${m === 1 ? '#ccc' : '#eee'}"/>`,
+        `<text x="${left - 8}" y="${y(at) + 4}" text-anchor="end" font-size="12">${at >= 1 ? at : at.toFixed(2)}</text>`,
+      )
+    }
+  rates.forEach((r, i) => {
+    parts.push(
+      `<text x="${x(i)}" y="${bottom + 20}" text-anchor="middle" font-size="13">${Math.round(r.share * 100)} %</text>`,
+      `<text x="${x(i)}" y="${bottom + 37}" text-anchor="middle" font-size="12">${r.rate.toLocaleString('en')} /s</text>`,
+    )
+  })
+  const names = [...new Set(rates.flatMap((r) => Object.keys(r.targets)))]
+  names.forEach((name, n) => {
+    const colour = colours[name] ?? '#000'
+    for (const [key, dash] of [
+      ['p99', ''],
+      ['p50', ' stroke-dasharray="5 4"'],
+    ] as const) {
+      const points = rates
+        .map((r, i) => {
+          const t = r.targets[name]
+          return t === undefined ? undefined : `${x(i)},${y(t[key])}`
+        })
+        .filter((p) => p !== undefined)
+      parts.push(
+        `<polyline points="${points.join(' ')}" fill="none" stroke="${colour}" stroke-width="2"${dash}/>`,
+      )
+    }
+    parts.push(
+      `<line x1="${right + 15}" x2="${right + 40}" y1="${top + 20 * n}" y2="${top + 20 * n}" stroke="${colour}" stroke-width="3"/>`,
+      `<text x="${right + 46}" y="${top + 20 * n + 4}" font-size="13">${escapeXml(name)}</text>`,
+    )
+  })
+  parts.push(
+    `<text x="${right + 15}" y="${top + 20 * names.length + 10}" font-size="12">solid p99, dashed p50</text>`,
+  )
+  const title = `Latency of a create against rate (open loop; share of the peak, ${Math.round(peakRps).toLocaleString('en')} req/s)`
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="#fff"/>
+<text x="${width / 2}" y="28" text-anchor="middle" font-size="15">${escapeXml(title)}</text>
+<text x="18" y="${(top + bottom) / 2}" transform="rotate(-90 18 ${(top + bottom) / 2})" text-anchor="middle" font-size="12">ms (log scale)</text>
+${parts.join('\n')}
+</svg>
+`
+}

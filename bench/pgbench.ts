@@ -15,9 +15,9 @@ export function pgbenchVersion(): string {
 
 // One single-row INSERT per transaction, as the service's clients would send them one by one;
 // random 63-bit ids, so that runs never collide (a collision would count as a failure).
-const script = join(tmpdir(), `plant-store-pgbench-${process.pid}.sql`)
+export const singleInsertScript = join(tmpdir(), `plant-store-pgbench-${process.pid}.sql`)
 writeFileSync(
-  script,
+  singleInsertScript,
   "\\set id random(1, 9000000000000000000)\nINSERT INTO plants (id, name, tag, created_by) VALUES (:id, 'bench plant', 'bench', 'bench');\n",
 )
 // The database's batched ceiling: 30 rows at random over the int64 range in one statement, of the
@@ -30,7 +30,7 @@ writeFileSync(
   `INSERT INTO plants (id, name, tag, created_by) SELECT (random() * 1.8e19 - 9.0e18)::int8, 'bench plant', 'bench', 'bench' FROM generate_series(1, ${batchedRows}) ON CONFLICT (id) DO NOTHING;\n`,
 )
 process.on('exit', () => {
-  rmSync(script, { force: true })
+  rmSync(singleInsertScript, { force: true })
   rmSync(batchedScript, { force: true })
 })
 
@@ -46,7 +46,7 @@ export async function runPgbench(o: {
   batched?: boolean
 }): Promise<{ tps: number; latencyMs: number; failed: number; transactions: number }> {
   const args = ['-n', '-M', 'prepared', '-c', String(o.connections), '-j', '2']
-  args.push('-T', String(o.seconds), '-f', o.batched ? batchedScript : script, o.url)
+  args.push('-T', String(o.seconds), '-f', o.batched ? batchedScript : singleInsertScript, o.url)
   const child = spawn('pgbench', args, { stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   child.stdout.on('data', (c: Buffer) => {

@@ -1,6 +1,7 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
-//                         [,growth][,citus]
+//                         [,growth][,citus][,rates]
+//                  --peak N --fresh-seconds 20
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -25,6 +26,9 @@
 //   same coordinator, and the service on a plain PostgreSQL 15, with
 //   the worker connections each run opened, the CPU per create of each node, and a projection
 //   to more workers; --citus-shards N redistributes plants into N shards first;
+// - rates: latency at fixed rates (5 to 75 % of the service's peak, --peak or measured), open
+//   loop (bench/open-loop.c: a schedule, latency from the due time), beside pgbench -R and the
+//   floor (and --baseline DIR's service), then a fresh instance's first --fresh-seconds at 10 %;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -42,7 +46,7 @@ import { migrate } from '../src/db/start/migrate.ts'
 import { createLog } from '../src/log.ts'
 import { isFailure } from '../src/outcome.ts'
 import { type BenchOptions, createBench, say } from './bench.ts'
-import { renderBatchChart, renderChart } from './chart.ts'
+import { renderBatchChart, renderChart, renderRatesChart } from './chart.ts'
 import { pgbenchPath, pgbenchVersion } from './pgbench.ts'
 import { ceilingsPhase } from './phases/ceilings.ts'
 import { citusPhase } from './phases/citus.ts'
@@ -55,6 +59,7 @@ import {
   pgbouncerPhase,
   schedulingPhase,
 } from './phases/pairs.ts'
+import { ratesPhase } from './phases/rates.ts'
 import { soakPhase } from './phases/soak.ts'
 import { root, rssMb, spawnService, stop } from './processes.ts'
 import { wrkPath } from './wrk.ts'
@@ -68,7 +73,12 @@ const { values: args } = parseArgs({
     soak: { type: 'string', default: '0' },
     'soak-connections': { type: 'string', default: '8' },
     levels: { type: 'string', default: '16,64,256' },
-    only: { type: 'string', default: 'ceilings,levels,observability,pgbouncer,scheduling,flat' },
+    only: {
+      type: 'string',
+      default: 'ceilings,levels,observability,pgbouncer,scheduling,flat,rates',
+    },
+    peak: { type: 'string' },
+    'fresh-seconds': { type: 'string', default: '20' },
     node24: { type: 'string', default: '24.21.0' },
     baseline: { type: 'string' },
     ids: { type: 'string', default: 'sequential' },
@@ -78,7 +88,8 @@ const { values: args } = parseArgs({
   },
 })
 const parts = new Set(args.only.split(','))
-if (args.baseline !== undefined) parts.add('baseline')
+// --baseline compares with another checkout in the rates part when that is asked for alone.
+if (args.baseline !== undefined && !(parts.size === 1 && parts.has('rates'))) parts.add('baseline')
 const options: BenchOptions = {
   runs: Number(args.runs),
   seconds: Number(args.seconds),
@@ -183,6 +194,13 @@ if (service) {
   await stop(service)
 }
 
+let rates: Awaited<ReturnType<typeof ratesPhase>> | undefined
+if (parts.has('rates'))
+  results.rates = rates = await ratesPhase(bench, {
+    peak: args.peak === undefined ? undefined : Number(args.peak),
+    baseline: args.baseline === undefined ? undefined : resolve(args.baseline),
+    freshSeconds: Number(args['fresh-seconds']),
+  })
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))
 if (parts.has('citus')) {
@@ -200,7 +218,11 @@ if (levels) {
   await writeFile(join(outDir, 'latest.svg'), renderChart(levels.summary, flatRatio, peakRss))
   await writeFile(join(outDir, 'batch-rows.svg'), renderBatchChart(levels.summary))
 }
-say(`results: bench-results/bench-${stamp}.json${levels ? ' and charts in bench-results/' : ''}`)
+if (rates)
+  await writeFile(join(outDir, 'rates.svg'), renderRatesChart(rates.summary, rates.peakRps))
+say(
+  `results: bench-results/bench-${stamp}.json${levels || rates ? ' and charts in bench-results/' : ''}`,
+)
 
 await sql.end({ timeout: 5 })
 await database.stop()

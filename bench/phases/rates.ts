@@ -1,0 +1,161 @@
+import { type Bench, f, median, say } from '../bench.ts'
+import { type OpenLoopResult, runOpenLoop, runPgbenchAtRate } from '../open-loop.ts'
+import { singleInsertScript } from '../pgbench.ts'
+import { type Running, spawnFloor, spawnService, stop } from '../processes.ts'
+
+/** The shares of the service's peak at which latency is measured. */
+export const rateShares = [0.05, 0.1, 0.25, 0.5, 0.75] as const
+
+type Row = Omit<OpenLoopResult, 'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId'>
+
+/** The medians of one target at one rate, over the interleaved rounds. */
+export type RateFigures = {
+  p50: number
+  p99: number
+  p999: number
+  max: number
+  lagP99: number
+  errors: number
+}
+
+/** One rate: each target's medians. */
+export type RateSummary = { share: number; rate: number; targets: Record<string, RateFigures> }
+
+const CONNECTIONS = 256
+
+function medians(rows: Row[]): RateFigures {
+  return {
+    p50: median(rows.map((r) => r.p50)),
+    p99: median(rows.map((r) => r.p99)),
+    p999: median(rows.map((r) => r.p999)),
+    max: median(rows.map((r) => r.max)),
+    lagP99: median(rows.map((r) => r.lagP99)),
+    errors: rows.reduce((sum, r) => sum + r.errors + r.unavailable + r.otherStatus, 0),
+  }
+}
+
+/**
+ * Latency at fixed rates, as clients meet a service below its peak: requests on a schedule
+ * whatever the answers (bench/open-loop.c, 256 keep-alive connections, latency from each
+ * request's due time), at 5 to 75 % of the service's peak (`peak`, or measured here with wrk
+ * at 64 connections), side by side with pgbench `-R` (single-row inserts at the same rate) and
+ * the floor (bench/floor-server.ts), and with `baseline` (another checkout's service) when given.
+ * Each run follows a `TRUNCATE` and a `CHECKPOINT`; the targets' order rotates each round.
+ * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
+ * against the same instance's steady figures after.
+ */
+export async function ratesPhase(
+  bench: Bench,
+  {
+    peak,
+    baseline,
+    freshSeconds,
+  }: { peak?: number | undefined; baseline?: string | undefined; freshSeconds: number },
+) {
+  const { options, sql, token } = bench
+  const service = await spawnService('service', bench.url)
+  let peakRps = peak
+  if (peakRps === undefined) {
+    await sql`truncate plants`
+    peakRps = (await bench.measure(service, 64)).rps
+  }
+  say('')
+  say(
+    `rates: open loop, ${CONNECTIONS} connections, uniform arrivals, ${options.warmup} s warm-up + ${options.seconds} s per run, at shares of the service's peak ${Math.round(peakRps)} req/s (${peak === undefined ? 'wrk, 64 connections, measured now' : '--peak'}); latency from the due time, ms`,
+  )
+  const targets: { name: string; running?: Running }[] = [
+    { name: 'service', running: service },
+    { name: 'floor', running: await spawnFloor(bench.url) },
+  ]
+  if (baseline !== undefined)
+    targets.push({
+      name: 'baseline',
+      running: await spawnService('baseline', bench.url, {}, { cwd: baseline }),
+    })
+  if (options.havePgbench) targets.push({ name: 'pgbench' })
+
+  async function runOnce(target: (typeof targets)[number], rate: number, warmup: number) {
+    await sql`truncate plants`
+    await sql`checkpoint`
+    if (target.running === undefined)
+      return runPgbenchAtRate({
+        url: bench.url,
+        script: singleInsertScript,
+        rate,
+        warmup,
+        seconds: options.seconds,
+      })
+    const r = await runOpenLoop({
+      base: target.running.base,
+      token,
+      rate,
+      warmup,
+      seconds: options.seconds,
+      connections: CONNECTIONS,
+      firstId: 1n,
+    })
+    // Every 200 is a row.
+    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from plants`
+    if ((row?.n ?? 0) < r.ok)
+      throw new Error(`${target.name}: ${r.ok} answered 200, ${row?.n} rows`)
+    return r
+  }
+
+  const summary: RateSummary[] = []
+  for (const share of rateShares) {
+    const rate = Math.round(peakRps * share)
+    const rows = new Map<string, Row[]>(targets.map((t) => [t.name, []]))
+    for (let round = 0; round < options.runs; round++) {
+      const order = targets.map((_, i) => targets[(i + round) % targets.length] ?? targets[0])
+      for (const target of order) {
+        if (target === undefined) continue
+        rows.get(target.name)?.push(await runOnce(target, rate, options.warmup))
+      }
+    }
+    const figures = Object.fromEntries(
+      [...rows].map(([name, rs]) => [name, medians(rs)]),
+    ) as Record<string, RateFigures>
+    summary.push({ share, rate, targets: figures })
+    say(`${f(share * 100, 3)} % = ${rate} /s`)
+    const pg = figures.pgbench
+    for (const [name, m] of Object.entries(figures)) {
+      // A generator late by a quarter of the p99 measured itself as much as the target.
+      const mark = m.lagP99 > m.p99 / 4 ? ' (generator lag: measured the generator)' : ''
+      const vs =
+        pg === undefined || name === 'pgbench'
+          ? ''
+          : `  ÷ pgbench p50 ${f(m.p50 / pg.p50, 4, 2)} p99 ${f(m.p99 / pg.p99, 4, 2)}`
+      say(
+        `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
+      )
+    }
+  }
+  for (const t of targets) if (t.running) await stop(t.running)
+
+  // A fresh instance's first seconds at 10 %, against its own steady figures right after.
+  const freshRate = Math.round(peakRps * 0.1)
+  const fresh: { first: Row; steady: Row }[] = []
+  for (let run = 1; run <= options.runs; run++) {
+    await sql`truncate plants`
+    await sql`checkpoint`
+    const instance = await spawnService('fresh service', bench.url)
+    const run1 = { base: instance.base, token, rate: freshRate, connections: CONNECTIONS }
+    const first = await runOpenLoop({ ...run1, warmup: 0, seconds: freshSeconds, firstId: 1n })
+    await sql`truncate plants`
+    await sql`checkpoint`
+    const steady = await runOpenLoop({ ...run1, warmup: 3, seconds: freshSeconds, firstId: 1n })
+    await stop(instance)
+    fresh.push({ first, steady })
+    say(
+      `fresh ${run}: first ${freshSeconds} s at ${freshRate} /s after /readyz said 200: p99 ${f(first.p99, 6, 2)} p99.9 ${f(first.p999, 6, 2)} max ${f(first.max, 7, 2)}; the same instance after: p99 ${f(steady.p99, 6, 2)} p99.9 ${f(steady.p999, 6, 2)}; first/steady p99 ${f(first.p99 / steady.p99, 4, 2)} p99.9 ${f(first.p999 / steady.p999, 4, 2)}`,
+    )
+  }
+  const freshRatios = {
+    p99: median(fresh.map((x) => x.first.p99 / x.steady.p99)),
+    p999: median(fresh.map((x) => x.first.p999 / x.steady.p999)),
+  }
+  say(
+    `fresh medians: first/steady p99 ${freshRatios.p99.toFixed(2)}, p99.9 ${freshRatios.p999.toFixed(2)}`,
+  )
+  return { peakRps, summary, fresh, freshRatios }
+}
