@@ -28,6 +28,9 @@ export type OpenLoopResult = {
   readonly lagMax: number
   readonly cpuSeconds: number
   readonly lastId: number
+  /** The p99 and the longest latency of the requests due in the measured window's first second. */
+  readonly firstSecondP99: number
+  readonly firstSecondMax: number
 }
 
 const source = join(root, 'bench', 'open-loop.c')
@@ -92,7 +95,12 @@ export async function runPgbenchAtRate(o: {
   rate: number
   warmup: number
   seconds: number
-}): Promise<Omit<OpenLoopResult, 'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId'>> {
+}): Promise<
+  Omit<
+    OpenLoopResult,
+    'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
+  >
+> {
   const dir = mkdtempSync(join(tmpdir(), 'plant-store-pgbench-log-'))
   try {
     const args = ['-n', '-M', 'prepared', '-c', '64', '-j', '2', '-R', String(o.rate)]

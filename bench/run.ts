@@ -1,7 +1,7 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
 //                         [,growth][,citus][,rates]
-//                  --peak N --fresh-seconds 20
+//                  --peak N --shares 5,10,25,50,75 --fresh-seconds 20 --fresh-runs N
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -79,6 +79,8 @@ const { values: args } = parseArgs({
     },
     peak: { type: 'string' },
     'fresh-seconds': { type: 'string', default: '20' },
+    'fresh-runs': { type: 'string' },
+    shares: { type: 'string', default: '5,10,25,50,75' },
     node24: { type: 'string', default: '24.21.0' },
     baseline: { type: 'string' },
     ids: { type: 'string', default: 'sequential' },
@@ -175,7 +177,7 @@ if (service && parts.has('levels')) results.levels = levels = await levelsPhase(
 if (parts.has('observability')) results.observability = await observabilityPhase(bench)
 if (parts.has('pgbouncer')) results.pgbouncer = await pgbouncerPhase(bench)
 if (parts.has('scheduling')) results.scheduling = await schedulingPhase(bench)
-if (args.baseline !== undefined)
+if (parts.has('baseline') && args.baseline !== undefined)
   results.baseline = await baselinePhase(bench, resolve(args.baseline))
 
 let flatRatio = Number.NaN
@@ -200,6 +202,11 @@ if (parts.has('rates'))
     peak: args.peak === undefined ? undefined : Number(args.peak),
     baseline: args.baseline === undefined ? undefined : resolve(args.baseline),
     freshSeconds: Number(args['fresh-seconds']),
+    freshRuns: args['fresh-runs'] === undefined ? options.runs : Number(args['fresh-runs']),
+    shares: args.shares
+      .split(',')
+      .filter((s) => s !== '')
+      .map((s) => Number(s) / 100),
   })
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))

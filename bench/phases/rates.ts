@@ -6,7 +6,10 @@ import { type Running, spawnFloor, spawnService, stop } from '../processes.ts'
 /** The shares of the service's peak at which latency is measured. */
 export const rateShares = [0.05, 0.1, 0.25, 0.5, 0.75] as const
 
-type Row = Omit<OpenLoopResult, 'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId'>
+type Row = Omit<
+  OpenLoopResult,
+  'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
+>
 
 /** The medians of one target at one rate, over the interleaved rounds. */
 export type RateFigures = {
@@ -50,7 +53,15 @@ export async function ratesPhase(
     peak,
     baseline,
     freshSeconds,
-  }: { peak?: number | undefined; baseline?: string | undefined; freshSeconds: number },
+    freshRuns = bench.options.runs,
+    shares = rateShares,
+  }: {
+    peak?: number | undefined
+    baseline?: string | undefined
+    freshSeconds: number
+    freshRuns?: number
+    shares?: readonly number[]
+  },
 ) {
   const { options, sql, token } = bench
   const service = await spawnService('service', bench.url)
@@ -102,7 +113,7 @@ export async function ratesPhase(
   }
 
   const summary: RateSummary[] = []
-  for (const share of rateShares) {
+  for (const share of shares) {
     const rate = Math.round(peakRps * share)
     const rows = new Map<string, Row[]>(targets.map((t) => [t.name, []]))
     for (let round = 0; round < options.runs; round++) {
@@ -132,30 +143,57 @@ export async function ratesPhase(
   }
   for (const t of targets) if (t.running) await stop(t.running)
 
-  // A fresh instance's first seconds at 10 %, against its own steady figures right after.
+  // A fresh instance's first seconds at 10 %, against its own steady figures right after; each
+  // run follows a TRUNCATE and a CHECKPOINT, without warm-up, so that only the instance differs.
   const freshRate = Math.round(peakRps * 0.1)
-  const fresh: { first: Row; steady: Row }[] = []
-  for (let run = 1; run <= options.runs; run++) {
+  const kinds: { name: string; cwd?: string }[] = [{ name: 'service' }]
+  if (baseline !== undefined) kinds.push({ name: 'baseline', cwd: baseline })
+  const fresh: { name: string; first: OpenLoopResult; steady: OpenLoopResult }[] = []
+  const fromEmpty = async (base: string) => {
     await sql`truncate plants`
     await sql`checkpoint`
-    const instance = await spawnService('fresh service', bench.url)
-    const run1 = { base: instance.base, token, rate: freshRate, connections: CONNECTIONS }
-    const first = await runOpenLoop({ ...run1, warmup: 0, seconds: freshSeconds, firstId: 1n })
-    await sql`truncate plants`
-    await sql`checkpoint`
-    const steady = await runOpenLoop({ ...run1, warmup: 3, seconds: freshSeconds, firstId: 1n })
-    await stop(instance)
-    fresh.push({ first, steady })
-    say(
-      `fresh ${run}: first ${freshSeconds} s at ${freshRate} /s after /readyz said 200: p99 ${f(first.p99, 6, 2)} p99.9 ${f(first.p999, 6, 2)} max ${f(first.max, 7, 2)}; the same instance after: p99 ${f(steady.p99, 6, 2)} p99.9 ${f(steady.p999, 6, 2)}; first/steady p99 ${f(first.p99 / steady.p99, 4, 2)} p99.9 ${f(first.p999 / steady.p999, 4, 2)}`,
-    )
+    return runOpenLoop({
+      base,
+      token,
+      rate: freshRate,
+      connections: CONNECTIONS,
+      warmup: 0,
+      seconds: freshSeconds,
+      firstId: 1n,
+    })
   }
-  const freshRatios = {
-    p99: median(fresh.map((x) => x.first.p99 / x.steady.p99)),
-    p999: median(fresh.map((x) => x.first.p999 / x.steady.p999)),
-  }
-  say(
-    `fresh medians: first/steady p99 ${freshRatios.p99.toFixed(2)}, p99.9 ${freshRatios.p999.toFixed(2)}`,
+  for (let run = 1; run <= freshRuns; run++)
+    for (const kind of run % 2 === 1 ? kinds : [...kinds].reverse()) {
+      const instance = await spawnService(
+        `fresh ${kind.name}`,
+        bench.url,
+        {},
+        kind.cwd === undefined ? {} : { cwd: kind.cwd },
+      )
+      const first = await fromEmpty(instance.base)
+      const steady = await fromEmpty(instance.base)
+      await stop(instance)
+      fresh.push({ name: kind.name, first, steady })
+      say(
+        `fresh ${kind.name} ${run}: first ${freshSeconds} s at ${freshRate} /s after /readyz said 200: p99 ${f(first.p99, 6, 2)} p99.9 ${f(first.p999, 6, 2)} max ${f(first.max, 7, 2)} (first second: p99 ${f(first.firstSecondP99, 6, 2)} max ${f(first.firstSecondMax, 7, 2)}); the same instance after: p99 ${f(steady.p99, 6, 2)} p99.9 ${f(steady.p999, 6, 2)}; first/steady p99 ${f(first.p99 / steady.p99, 4, 2)} p99.9 ${f(first.p999 / steady.p999, 4, 2)}`,
+      )
+    }
+  const freshRatios = Object.fromEntries(
+    kinds.map(({ name }) => {
+      const runs = fresh.filter((x) => x.name === name)
+      return [
+        name,
+        {
+          p99: median(runs.map((x) => x.first.p99 / x.steady.p99)),
+          p999: median(runs.map((x) => x.first.p999 / x.steady.p999)),
+          firstSecondP99: median(runs.map((x) => x.first.firstSecondP99)),
+        },
+      ]
+    }),
   )
+  for (const [name, r] of Object.entries(freshRatios))
+    say(
+      `fresh ${name} medians: first/steady p99 ${r.p99.toFixed(2)}, p99.9 ${r.p999.toFixed(2)}; first second's p99 ${r.firstSecondP99.toFixed(2)} ms`,
+    )
   return { peakRps, summary, fresh, freshRatios }
 }
