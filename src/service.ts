@@ -11,6 +11,7 @@ import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
 import { followWritePath } from './plants/citus.ts'
 import { type BatchLimits, openPlantStore, type PlantStore } from './plants/store.ts'
+import { warmBeforeServing } from './warm-up.ts'
 
 /** A running service. */
 export type Service = {
@@ -49,6 +50,11 @@ export type ServiceOptions = {
   readonly lastUseEveryMs?: number
   /** Set once a signal asks the process to stop: the start goes no further than its step. */
   readonly stopRequested?: () => string | undefined
+  /**
+   * What is run before listening (`limits.warmUp`): creates through a private copy of the
+   * application (`warm-up.ts`), and the batch statements on no rows on each statement slot.
+   */
+  readonly warmUp?: { readonly creates: number; readonly statements: number }
 }
 
 /**
@@ -67,6 +73,7 @@ export async function startService(
     batchLimits = limits.batch,
     lastUseEveryMs,
     stopRequested = () => undefined,
+    warmUp: warming = limits.warmUp,
   }: ServiceOptions = {},
 ): Promise<Service> {
   const held = holding(log)
@@ -142,6 +149,9 @@ export async function startService(
           : undefined,
     })
     held.add(plants.close)
+    // What the first creates would otherwise pay is paid before the instance listens.
+    await warmBeforeServing(plants, config, log, warming)
+    goOn()
 
     // 6. The HTTP ports.
     const http = await serveHttp(

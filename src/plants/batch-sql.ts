@@ -55,6 +55,51 @@ function insertValues(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }
     returning id::text`
 }
 
+/** Inserts `rows` as one statement of arrays (`unnest`), the same text whatever their number. */
+function insertUnnest(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }[]> {
+  return sql<{ id: string }[]>`
+    insert into plants (id, name, tag, created_by)
+    select * from unnest(
+      ${rows.map((r) => r.plant.id.toString())}::int8[],
+      ${rows.map((r) => r.plant.name)}::text[],
+      ${rows.map((r) => r.plant.tag ?? null)}::text[],
+      ${rows.map((r) => r.createdBy)}::text[]
+    )
+    on conflict (id) do nothing
+    returning id::text`
+}
+
+/** What the table holds of `ids`. */
+function selectStored(sql: Sql, ids: readonly string[]): Promise<(Stored & { id: string })[]> {
+  return sql<(Stored & { id: string })[]>`
+    select id::text, name, tag from plants where id = any(${ids as string[]}::int8[])`
+}
+
+/**
+ * Readies `sql`'s connection for the batches `path` sends, before the first create: opened, and
+ * the statements of a batch prepared there by running them on no rows (nothing is written, no
+ * transaction id is taken). A VALUES insert's text depends on its number of rows: only its
+ * connection and the read of stored rows are readied.
+ */
+export async function readyForBatches(sql: Sql, path: BatchPath): Promise<void> {
+  if (path.shape === 'unnest') await insertUnnest(sql, [])
+  await selectStored(sql, [])
+}
+
+/**
+ * Sends `rows` through the database and back without storing them: a statement of arrays, as a
+ * batch's, whose rows are read back. What a warm-up sends, so that the driver's code for a
+ * batch and its rows runs before the first create.
+ */
+export function echoBatch(sql: Sql, rows: readonly NewRow[]): Promise<Stored[]> {
+  return sql<Stored[]>`
+    select name, tag from unnest(
+      ${rows.map((r) => r.plant.id.toString())}::int8[],
+      ${rows.map((r) => r.plant.name)}::text[],
+      ${rows.map((r) => r.plant.tag ?? null)}::text[]
+    ) as t(id, name, tag)`
+}
+
 /**
  * On Citus with `placementOf` (where an id's row lives): one VALUES statement per worker, or per
  * shard (`splitByPlacement`), so that each commits on one worker, and a worker that is down
@@ -110,17 +155,7 @@ export async function storeBatch(
     inserted = routed.inserted
     failed = routed.failed
   } else if (shape === 'values') inserted = await insertValues(sql, unique)
-  else
-    inserted = await sql<{ id: string }[]>`
-      insert into plants (id, name, tag, created_by)
-      select * from unnest(
-        ${unique.map((r) => r.plant.id.toString())}::int8[],
-        ${unique.map((r) => r.plant.name)}::text[],
-        ${unique.map((r) => r.plant.tag ?? null)}::text[],
-        ${unique.map((r) => r.createdBy)}::text[]
-      )
-      on conflict (id) do nothing
-      returning id::text`
+  else inserted = await insertUnnest(sql, unique)
   const created = new Set(inserted.map((r) => r.id))
   const stored = new Map<string, Stored>()
   for (const [key, r] of first) {
@@ -128,8 +163,7 @@ export async function storeBatch(
   }
   const existing = [...first.keys()].filter((key) => !created.has(key) && !failed.has(key))
   if (existing.length > 0) {
-    const rows = await sql<(Stored & { id: string })[]>`
-      select id::text, name, tag from plants where id = any(${existing}::int8[])`
+    const rows = await selectStored(sql, existing)
     for (const row of rows) stored.set(row.id, { name: row.name, tag: row.tag })
   }
   return Promise.all(

@@ -9,7 +9,13 @@ import {
 } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
-import { type BatchPath, type CreateOutcome, type NewRow, storeBatch } from './batch-sql.ts'
+import {
+  type BatchPath,
+  type CreateOutcome,
+  type NewRow,
+  readyForBatches,
+  storeBatch,
+} from './batch-sql.ts'
 import type { NewPlant } from './schema.ts'
 import { createWaiting, type Pending, pastDeadline, type WaitingHooks } from './waiting.ts'
 
@@ -323,5 +329,17 @@ export function batchOnSlots(
       batcher.probe((slot) => work(slotSql(slot)), expiresAt),
     load: batcher.load,
     queued: batcher.queued,
+    /**
+     * Opens every slot's connection and prepares the batch statements there, before the first
+     * create would pay for it (at start, before the instance says it is ready); run `times`
+     * times, they also ready the driver's code that every batch runs.
+     */
+    ready: async (times = 1): Promise<void> => {
+      await Promise.all(
+        slots.map(async (slot) => {
+          for (let i = 0; i < times; i++) await readyForBatches(slot.sql, path())
+        }),
+      )
+    },
   })
 }

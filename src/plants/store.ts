@@ -50,7 +50,12 @@ type StoreOptions = {
   readonly citus?: { readonly group: number; readonly primaries: CitusPrimaries } | undefined
 }
 
-type Opened = { store: PlantStore; close: () => Promise<void> }
+type Opened = {
+  store: PlantStore
+  close: () => Promise<void>
+  /** Opens the connections and prepares the statements that the first creates would wait for. */
+  ready: (times?: number) => Promise<void>
+}
 
 /** One batching on slots of its own, which its owner can cut. */
 type Batching = Opened & {
@@ -109,6 +114,7 @@ function openBatching(
     async close() {
       await Promise.all(slots.map((slot) => slot.end()))
     },
+    ready: store.ready,
     cut: (reason) => slots.reduce((sockets, slot) => sockets + slot.cut(reason), 0),
     queued: store.queued,
   }
@@ -218,5 +224,7 @@ function openRoutedStore(
     async close() {
       await Promise.all(all.map((r) => r.close()))
     },
+    // The other groups' batchings open when their first create comes.
+    ready: ownBatching.ready,
   }
 }

@@ -28,9 +28,15 @@ export type TestServer = Pick<Service, 'tokens' | 'store'> & {
 let counter = 0
 
 /**
+ * The warm-up of a service started in a test process: short, since the process has run the
+ * same code already (test/warm-up.test.ts runs the service's own, `limits.warmUp`).
+ */
+const testWarmUp = { creates: 20, statements: 2 }
+
+/**
  * Starts the service (`startService`, the one `npm start` runs) with `LOG_LEVEL=debug` on port 0
  * of 127.0.0.1, stopped after `t`. `env` adds settings (`METRICS: 'off'`, …); `connectTo`,
- * `batchLimits` and `lastUseEveryMs` are the service's own options.
+ * `batchLimits`, `lastUseEveryMs` and `warmUp` are the service's own options.
  */
 export async function startTestServer(
   t: Cleanup,
@@ -40,12 +46,14 @@ export async function startTestServer(
     connectTo,
     batchLimits,
     lastUseEveryMs,
+    warmUp = testWarmUp,
   }: {
     db?: TestDatabase
     env?: Record<string, string>
     connectTo?: (url: string) => string
     batchLimits?: BatchLimits
     lastUseEveryMs?: number
+    warmUp?: { creates: number; statements: number }
   } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
@@ -62,6 +70,7 @@ export async function startTestServer(
     ...(connectTo && { connectTo }),
     ...(batchLimits && { batchLimits }),
     ...(lastUseEveryMs !== undefined && { lastUseEveryMs }),
+    warmUp,
   })
   t.after(() => service.close(0))
   const base = service.url

@@ -1,0 +1,160 @@
+import { Agent, request } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { type AppSettings, createApp } from './app.ts'
+import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
+import { limits } from './limits.ts'
+import { createLog, describeError, type Log, type LogLevel } from './log.ts'
+import { noMetrics } from './metrics/metrics.ts'
+import { echoBatch, type NewRow } from './plants/batch-sql.ts'
+import { createBatcher } from './plants/batcher.ts'
+import type { PlantStore } from './plants/store.ts'
+
+// A fresh process runs its first creates several times slower than later ones: V8 has compiled
+// nothing of their path yet, and its heap is still small. A new instance in a rolling deploy
+// meets its share of the traffic in exactly that state. So before the instance listens, creates
+// are run through a private copy of the HTTP application, whose store sends each batch through
+// the service's own connections as a statement that stores nothing.
+
+const warmToken = 'warm-up-token-known-only-to-this-process'
+const entry: TokenEntry = { id: '0', name: 'warm-up', expiresAt: null, endsAt: null, lastUsedAt: 0 }
+
+/** A token cache that knows the warm-up token alone. */
+const warmTokens: TokenCache = {
+  verify: (token) => (token === warmToken ? entry : undefined),
+  start: async () => {},
+  reload: async () => {},
+  state: () => ({ valid: 1, loadedAt: Date.now(), expiries: new Map() }),
+  close: async () => {},
+}
+
+/**
+ * A store that stores nothing: each batch, through the service's own batcher, is sent through
+ * `store`'s statement slots (its probe) as a statement that reads its rows back
+ * (`echoBatch`), and each create is answered as created.
+ */
+function echoStore(store: PlantStore): PlantStore {
+  const batcher = createBatcher(async (rows: readonly NewRow[]) => {
+    const echoed = await store.probe(
+      (sql) => echoBatch(sql, rows),
+      performance.now() + limits.database.connect,
+    )
+    return echoed.map((row) => ({
+      kind: 'created' as const,
+      plant: row.tag === null ? { name: row.name } : { name: row.name, tag: row.tag },
+    }))
+  }, limits.batch)
+  return {
+    create: (plant, createdBy, expiresAt) => batcher.submit({ plant, createdBy }, expiresAt),
+    probe: (work, expiresAt) => batcher.probe(() => work(undefined as never), expiresAt),
+    load: batcher.load,
+  }
+}
+
+/**
+ * Sends `creates` creates, `connections` at a time on kept-alive connections, through a private
+ * copy of the service's HTTP application on a port of its own on 127.0.0.1: the same code as the
+ * service's (parser, token check, validation, batcher, the driver on `store`'s connections,
+ * answers, the request log formatted at `level`), with nothing stored, logged or counted. Resolves with the time
+ * it took, the creates sent, and the status of the first not answered 200, which ends it.
+ */
+export async function warmUp(
+  store: PlantStore,
+  settings: AppSettings,
+  level: LogLevel,
+  {
+    creates = limits.warmUp.creates as number,
+    connections = limits.warmUp.connections as number,
+  } = {},
+): Promise<{ ms: number; sent: number; failedStatus?: number | undefined }> {
+  const started = performance.now()
+  let failedStatus: number | undefined
+  let next = 0
+  if (creates <= 0) return { ms: 0, sent: 0 }
+  const server = createApp({
+    store: echoStore(store),
+    tokens: warmTokens,
+    log: createLog(level, () => {}),
+    metrics: noMetrics,
+    settings: { ...settings, authFailureLimit: undefined, rateLimit: undefined },
+    metricsRoute: false,
+  })
+  const agent = new Agent({ keepAlive: true, maxSockets: connections })
+  try {
+    // Exclusive: in a node:cluster worker a port of its own, never one shared with the primary.
+    const port = await new Promise<number>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen({ port: 0, host: '127.0.0.1', exclusive: true }, () =>
+        resolve((server.address() as AddressInfo).port),
+      )
+    })
+    const one = (id: number) =>
+      new Promise<void>((resolve, reject) => {
+        const body = `{"id":${id},"name":"warm-up plant","tag":"warm-up"}`
+        const req = request(
+          {
+            agent,
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/plants',
+            headers: {
+              authorization: `Bearer ${warmToken}`,
+              'content-type': 'application/json',
+              'content-length': Buffer.byteLength(body),
+            },
+          },
+          (res) => {
+            // One that fails (the database went away meanwhile) ends the warm-up.
+            if (res.statusCode !== 200) {
+              failedStatus ??= res.statusCode
+              next = creates
+            }
+            res.resume()
+            res.on('end', resolve)
+            res.on('error', reject)
+          },
+        )
+        req.on('error', reject)
+        req.end(body)
+      })
+    await Promise.all(
+      Array.from({ length: connections }, async () => {
+        while (next < creates) await one(++next)
+      }),
+    )
+  } finally {
+    agent.destroy()
+    server.closeAllConnections()
+    await new Promise<void>((resolve) => server.close(() => resolve()))
+  }
+  return { ms: performance.now() - started, sent: Math.min(next, creates), failedStatus }
+}
+
+/**
+ * Readies a new instance before it listens: each statement slot connected, with the batch
+ * statements prepared and run on no rows `statements` times, then `creates` creates through a
+ * private copy of the application (`warmUp`). A database that cannot take them now is for
+ * `/readyz` to report: the start goes on, and says so.
+ */
+export async function warmBeforeServing(
+  plants: { readonly store: PlantStore; readonly ready: (times: number) => Promise<void> },
+  settings: AppSettings & { readonly logLevel: LogLevel },
+  log: Log,
+  { creates, statements }: { readonly creates: number; readonly statements: number },
+): Promise<void> {
+  await plants.ready(statements).catch((err: unknown) =>
+    log.debug('could not ready the create connections before serving', {
+      error: describeError(err),
+    }),
+  )
+  const warm = await warmUp(plants.store, settings, settings.logLevel, { creates })
+  if (warm.failedStatus !== undefined)
+    log.warn('warm-up ended early: a create through the private copy was not answered 200', {
+      status: warm.failedStatus,
+      sent: warm.sent,
+    })
+  else if (warm.sent > 0)
+    log.info(`warmed up: ${warm.sent} creates through a private copy of the service`, {
+      ms: Math.round(warm.ms),
+    })
+}

@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { limits } from '../src/limits.ts'
+import { startTestServer, uniqueId } from './helpers/server.ts'
+
+// A new instance pays what its first creates would (connections, prepared statements, code not
+// yet compiled) before it listens: the service's own warm-up, `limits.warmUp`.
+
+test('a new instance has every statement slot connected before its first create', async (t) => {
+  const server = await startTestServer(t, { warmUp: limits.warmUp })
+  // Each slot's session has run the batch's statements: the warm-up's last is a read of rows
+  // sent as arrays, as a batch's insert sends them.
+  const sessions = await server.db.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and application_name = 'plant-store'
+      and query like '%from unnest(%'`
+  assert.equal(sessions[0]?.n, limits.batch.maxInFlight)
+  const res = await server.post({ id: uniqueId(), name: 'first after the warm-up' })
+  assert.equal(res.status, 200)
+})
+
+test('the warm-up stores nothing, counts no request and logs no access line', async (t) => {
+  const server = await startTestServer(t, { warmUp: limits.warmUp })
+  const [rows] = await server.db.sql<{ n: number }[]>`select count(*)::int as n from plants`
+  assert.equal(rows?.n, 0)
+  const warmed = server.logs.find((l) => String(l.message).startsWith('warmed up:'))
+  assert.ok(warmed, 'a line says the instance warmed up')
+  assert.equal(
+    warmed.message,
+    `warmed up: ${limits.warmUp.creates} creates through a private copy of the service`,
+  )
+  assert.equal(typeof warmed.ms, 'number')
+  assert.equal(
+    server.logs.filter((l) => l.message === 'request').length,
+    0,
+    'no access line before the first request',
+  )
+  const metrics = await (await fetch(`${server.base}/metrics`)).text()
+  assert.doesNotMatch(metrics, /^plant_store_http_requests_total\{[^}]*route="\/plants"/m)
+  assert.match(metrics, /^plant_store_create_batch_rows_count 0$/m)
+})
