@@ -2,6 +2,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { execPgbench } from './pgbench.ts'
 import { root } from './processes.ts'
 
 /**
@@ -107,15 +108,7 @@ export async function runPgbenchAtRate(o: {
     args.push('-T', String(o.warmup + o.seconds), '-l', '--log-prefix', join(dir, 'tx'))
     args.push('-f', o.script, o.url)
     const started = Date.now() / 1000
-    const child = spawn('pgbench', args, { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    child.stdout.on('data', (c: Buffer) => {
-      out += c.toString()
-    })
-    child.stderr.on('data', (c: Buffer) => {
-      out += c.toString()
-    })
-    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve))
+    const { code, out } = await execPgbench(args)
     if (code !== 0) throw new Error(`pgbench failed (${code}): ${out}`)
     // Each line: client, transaction, latency µs, script, epoch s, µs, schedule lag µs.
     const latency: number[] = []

@@ -34,6 +34,20 @@ process.on('exit', () => {
   rmSync(batchedScript, { force: true })
 })
 
+/** Runs pgbench with `args`; its exit code and all it printed. */
+export async function execPgbench(args: string[]): Promise<{ code: number | null; out: string }> {
+  const child = spawn('pgbench', args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  child.stdout.on('data', (c: Buffer) => {
+    out += c.toString()
+  })
+  child.stderr.on('data', (c: Buffer) => {
+    out += c.toString()
+  })
+  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve))
+  return { code, out }
+}
+
 /**
  * PostgreSQL's own benchmark client: single-row inserts (or 30-row ones), prepared,
  * `connections` clients.
@@ -47,15 +61,7 @@ export async function runPgbench(o: {
 }): Promise<{ tps: number; latencyMs: number; failed: number; transactions: number }> {
   const args = ['-n', '-M', 'prepared', '-c', String(o.connections), '-j', '2']
   args.push('-T', String(o.seconds), '-f', o.batched ? batchedScript : singleInsertScript, o.url)
-  const child = spawn('pgbench', args, { stdio: ['ignore', 'pipe', 'pipe'] })
-  let out = ''
-  child.stdout.on('data', (c: Buffer) => {
-    out += c.toString()
-  })
-  child.stderr.on('data', (c: Buffer) => {
-    out += c.toString()
-  })
-  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve))
+  const { code, out } = await execPgbench(args)
   const tps = Number(/tps = ([\d.]+)/.exec(out)?.[1])
   if (code !== 0 || Number.isNaN(tps)) throw new Error(`pgbench failed (${code}): ${out}`)
   return {
