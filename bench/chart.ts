@@ -177,7 +177,16 @@ export function renderRatesChart(
     `<text x="${right + 15}" y="${top + 20 * names.length + 10}" font-size="12">solid p99, dashed p50</text>`,
   )
   const title = `Latency of a create against rate (open loop; share of the peak, ${Math.round(peakRps).toLocaleString('en')} req/s)`
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">
+  const summary = rates
+    .map(
+      (r) =>
+        `${Math.round(r.share * 100)} % (${r.rate} /s): ${Object.entries(r.targets)
+          .map(([name, t]) => `${name} p50 ${t.p50.toFixed(2)} ms, p99 ${t.p99.toFixed(2)} ms`)
+          .join(', ')}`,
+    )
+    .join('; ')
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" role="img">
+<title>${escapeXml(`${title}. ${summary}`)}</title>
 <rect width="100%" height="100%" fill="#fff"/>
 <text x="${width / 2}" y="28" text-anchor="middle" font-size="15">${escapeXml(title)}</text>
 <text x="18" y="${(top + bottom) / 2}" transform="rotate(-90 18 ${(top + bottom) / 2})" text-anchor="middle" font-size="12">ms (log scale)</text>
