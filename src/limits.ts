@@ -55,8 +55,8 @@ export const limits = {
     idle: 60_000,
   },
   /**
-   * Creates run at start through a private copy of the HTTP application whose store answers from
-   * memory (`warm-up.ts`), before the instance listens, and each statement slot runs the batch
+   * Creates run at start through a private copy of the HTTP application whose store stores
+   * nothing (`warm-up.ts`), before the instance listens, and each statement slot runs the batch
    * statements on no rows `statements` times: what a fresh process's first creates would pay
    * (connections, prepared statements, code not yet compiled, a small heap) is paid before
    * `/readyz` first says 200.

@@ -1,7 +1,7 @@
 import { Agent, request } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { type AppSettings, createApp } from './app.ts'
 import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
+import { listen } from './http/lifecycle.ts'
 import { limits } from './limits.ts'
 import { createLog, describeError, type Log, type LogLevel } from './log.ts'
 import { noMetrics } from './metrics/metrics.ts'
@@ -30,7 +30,7 @@ const warmTokens: TokenCache = {
 /**
  * A store that stores nothing: each batch, through the service's own batcher, is sent through
  * `store`'s statement slots (its probe) as a statement that reads its rows back
- * (`echoBatch`), and each create is answered as created.
+ * (`echoBatch`), and each create is answered as created; its probe is `store`'s own.
  */
 function echoStore(store: PlantStore): PlantStore {
   const batcher = createBatcher(async (rows: readonly NewRow[]) => {
@@ -45,7 +45,7 @@ function echoStore(store: PlantStore): PlantStore {
   }, limits.batch)
   return {
     create: (plant, createdBy, expiresAt) => batcher.submit({ plant, createdBy }, expiresAt),
-    probe: (work, expiresAt) => batcher.probe(() => work(undefined as never), expiresAt),
+    probe: store.probe,
     load: batcher.load,
   }
 }
@@ -54,22 +54,21 @@ function echoStore(store: PlantStore): PlantStore {
  * Sends `creates` creates, `connections` at a time on kept-alive connections, through a private
  * copy of the service's HTTP application on a port of its own on 127.0.0.1: the same code as the
  * service's (parser, token check, validation, batcher, the driver on `store`'s connections,
- * answers, the request log formatted at `level`), with nothing stored, logged or counted. Resolves with the time
- * it took, the creates sent, and the status of the first not answered 200, which ends it.
+ * answers, the request log formatted at `level`), with nothing stored, logged or counted.
+ * Resolves with the time it took, the creates sent, and the status of the first not answered
+ * 200, which ends it.
  */
-export async function warmUp(
+async function warmUp(
   store: PlantStore,
   settings: AppSettings,
   level: LogLevel,
-  {
-    creates = limits.warmUp.creates as number,
-    connections = limits.warmUp.connections as number,
-  } = {},
+  creates: number,
+  connections: number = limits.warmUp.connections,
 ): Promise<{ ms: number; sent: number; failedStatus?: number | undefined }> {
   const started = performance.now()
   let failedStatus: number | undefined
-  let next = 0
-  if (creates <= 0) return { ms: 0, sent: 0 }
+  let sent = 0
+  if (creates <= 0) return { ms: 0, sent }
   const server = createApp({
     store: echoStore(store),
     tokens: warmTokens,
@@ -80,13 +79,8 @@ export async function warmUp(
   })
   const agent = new Agent({ keepAlive: true, maxSockets: connections })
   try {
-    // Exclusive: in a node:cluster worker a port of its own, never one shared with the primary.
-    const port = await new Promise<number>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen({ port: 0, host: '127.0.0.1', exclusive: true }, () =>
-        resolve((server.address() as AddressInfo).port),
-      )
-    })
+    // In a node:cluster worker, a port of its own: never one shared with the other workers.
+    const { port } = await listen(server, 0, '127.0.0.1', { exclusive: true })
     const one = (id: number) =>
       new Promise<void>((resolve, reject) => {
         const body = `{"id":${id},"name":"warm-up plant","tag":"warm-up"}`
@@ -105,10 +99,7 @@ export async function warmUp(
           },
           (res) => {
             // One that fails (the database went away meanwhile) ends the warm-up.
-            if (res.statusCode !== 200) {
-              failedStatus ??= res.statusCode
-              next = creates
-            }
+            if (res.statusCode !== 200) failedStatus ??= res.statusCode
             res.resume()
             res.on('end', resolve)
             res.on('error', reject)
@@ -119,7 +110,7 @@ export async function warmUp(
       })
     await Promise.all(
       Array.from({ length: connections }, async () => {
-        while (next < creates) await one(++next)
+        while (failedStatus === undefined && sent < creates) await one(++sent)
       }),
     )
   } finally {
@@ -127,7 +118,7 @@ export async function warmUp(
     server.closeAllConnections()
     await new Promise<void>((resolve) => server.close(() => resolve()))
   }
-  return { ms: performance.now() - started, sent: Math.min(next, creates), failedStatus }
+  return { ms: performance.now() - started, sent, failedStatus }
 }
 
 /**
@@ -147,7 +138,7 @@ export async function warmBeforeServing(
       error: describeError(err),
     }),
   )
-  const warm = await warmUp(plants.store, settings, settings.logLevel, { creates })
+  const warm = await warmUp(plants.store, settings, settings.logLevel, creates)
   if (warm.failedStatus !== undefined)
     log.warn('warm-up ended early: a create through the private copy was not answered 200', {
       status: warm.failedStatus,

@@ -4,15 +4,19 @@ import type { Log } from '../log.ts'
 
 // A server's life: listening on its address, and draining at shutdown.
 
-/** Listens on `port` of `host`; resolves with the base URL and the port bound. */
+/**
+ * Listens on `port` of `host`; resolves with the base URL and the port bound. `exclusive`: in a
+ * node:cluster worker, a port of the worker's own rather than one shared through the primary.
+ */
 export async function listen(
   server: Server,
   port: number,
   host: string,
+  { exclusive = false } = {},
 ): Promise<{ url: string; port: number }> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, host, () => {
+    server.listen({ port, host, exclusive }, () => {
       server.off('error', reject)
       resolve()
     })
