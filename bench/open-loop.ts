@@ -34,6 +34,12 @@ export type OpenLoopResult = {
   readonly firstSecondMax: number
 }
 
+/** The figures pgbench's per-transaction log gives as well: what runs of either are compared by. */
+export type LatencyFigures = Omit<
+  OpenLoopResult,
+  'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
+>
+
 const source = join(root, 'bench', 'open-loop.c')
 const binary = join(root, 'bench-results', '.bin', 'open-loop')
 
@@ -96,12 +102,7 @@ export async function runPgbenchAtRate(o: {
   rate: number
   warmup: number
   seconds: number
-}): Promise<
-  Omit<
-    OpenLoopResult,
-    'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
-  >
-> {
+}): Promise<LatencyFigures> {
   const dir = mkdtempSync(join(tmpdir(), 'plant-store-pgbench-log-'))
   try {
     const args = ['-n', '-M', 'prepared', '-c', '64', '-j', '2', '-R', String(o.rate)]

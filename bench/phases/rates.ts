@@ -1,15 +1,15 @@
 import { type Bench, f, median, say } from '../bench.ts'
-import { type OpenLoopResult, runOpenLoop, runPgbenchAtRate } from '../open-loop.ts'
+import {
+  type LatencyFigures,
+  type OpenLoopResult,
+  runOpenLoop,
+  runPgbenchAtRate,
+} from '../open-loop.ts'
 import { singleInsertScript } from '../pgbench.ts'
 import { type Running, spawnFloor, spawnService, stop } from '../processes.ts'
 
 /** The shares of the service's peak at which latency is measured. */
 export const rateShares = [0.05, 0.1, 0.25, 0.5, 0.75] as const
-
-type Row = Omit<
-  OpenLoopResult,
-  'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
->
 
 /** The medians of one target at one rate, over the interleaved rounds. */
 export type RateFigures = {
@@ -26,7 +26,7 @@ export type RateSummary = { share: number; rate: number; targets: Record<string,
 
 const CONNECTIONS = 256
 
-function medians(rows: Row[]): RateFigures {
+function medians(rows: LatencyFigures[]): RateFigures {
   return {
     p50: median(rows.map((r) => r.p50)),
     p99: median(rows.map((r) => r.p99)),
@@ -85,42 +85,48 @@ export async function ratesPhase(
     })
   if (options.havePgbench) targets.push({ name: 'pgbench' })
 
-  async function runOnce(target: (typeof targets)[number], rate: number, warmup: number) {
+  /** An open-loop run on `running` from an empty table after a checkpoint; every 200 a row. */
+  async function fromEmpty(running: Running, rate: number, warmup: number, seconds: number) {
     await sql`truncate plants`
     await sql`checkpoint`
-    if (target.running === undefined)
-      return runPgbenchAtRate({
-        url: bench.url,
-        script: singleInsertScript,
-        rate,
-        warmup,
-        seconds: options.seconds,
-      })
     const r = await runOpenLoop({
-      base: target.running.base,
+      base: running.base,
       token,
       rate,
       warmup,
-      seconds: options.seconds,
+      seconds,
       connections: CONNECTIONS,
       firstId: 1n,
     })
-    // Every 200 is a row.
     const [row] = await sql<{ n: number }[]>`select count(*)::int as n from plants`
     if ((row?.n ?? 0) < r.ok)
-      throw new Error(`${target.name}: ${r.ok} answered 200, ${row?.n} rows`)
+      throw new Error(`${running.name}: ${r.ok} answered 200, ${row?.n} rows`)
     return r
+  }
+
+  async function runOnce(target: (typeof targets)[number], rate: number): Promise<LatencyFigures> {
+    if (target.running !== undefined)
+      return fromEmpty(target.running, rate, options.warmup, options.seconds)
+    await sql`truncate plants`
+    await sql`checkpoint`
+    return runPgbenchAtRate({
+      url: bench.url,
+      script: singleInsertScript,
+      rate,
+      warmup: options.warmup,
+      seconds: options.seconds,
+    })
   }
 
   const summary: RateSummary[] = []
   for (const share of shares) {
     const rate = Math.round(peakRps * share)
-    const rows = new Map<string, Row[]>(targets.map((t) => [t.name, []]))
+    const rows = new Map<string, LatencyFigures[]>(targets.map((t) => [t.name, []]))
     for (let round = 0; round < options.runs; round++) {
       const order = targets.map((_, i) => targets[(i + round) % targets.length] ?? targets[0])
       for (const target of order) {
         if (target === undefined) continue
-        rows.get(target.name)?.push(await runOnce(target, rate, options.warmup))
+        rows.get(target.name)?.push(await runOnce(target, rate))
       }
     }
     const figures = Object.fromEntries(
@@ -149,19 +155,6 @@ export async function ratesPhase(
   const kinds: { name: string; cwd?: string }[] = [{ name: 'service' }]
   if (baseline !== undefined) kinds.push({ name: 'baseline', cwd: baseline })
   const fresh: { name: string; first: OpenLoopResult; steady: OpenLoopResult }[] = []
-  const fromEmpty = async (base: string) => {
-    await sql`truncate plants`
-    await sql`checkpoint`
-    return runOpenLoop({
-      base,
-      token,
-      rate: freshRate,
-      connections: CONNECTIONS,
-      warmup: 0,
-      seconds: freshSeconds,
-      firstId: 1n,
-    })
-  }
   for (let run = 1; run <= freshRuns; run++)
     for (const kind of run % 2 === 1 ? kinds : [...kinds].reverse()) {
       const instance = await spawnService(
@@ -170,8 +163,8 @@ export async function ratesPhase(
         {},
         kind.cwd === undefined ? {} : { cwd: kind.cwd },
       )
-      const first = await fromEmpty(instance.base)
-      const steady = await fromEmpty(instance.base)
+      const first = await fromEmpty(instance, freshRate, 0, freshSeconds)
+      const steady = await fromEmpty(instance, freshRate, 0, freshSeconds)
       await stop(instance)
       fresh.push({ name: kind.name, first, steady })
       say(
