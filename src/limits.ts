@@ -45,6 +45,12 @@ export const limits = {
     /** `GET /readyz` gives the database this long to answer. */
     readiness: 2_000,
     /**
+     * After a create refused for want of disk space, `/readyz` says 503 for this long without
+     * asking; after that, while no create has been stored since, each probe writes one page
+     * rolled back (`roomOnDisk`) to see whether the disk has room again.
+     */
+    diskFullHold: 5_000,
+    /**
      * Both deadlines above count from the request's arrival, and a create or a readiness probe
      * stops waiting this long before its deadline: time for the answer to be written and carried
      * back, through a balancer too, within it (behind HAProxy, answers at the full deadline

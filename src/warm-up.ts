@@ -47,6 +47,8 @@ function echoStore(store: PlantStore): PlantStore {
     create: (plant, createdBy, expiresAt) => batcher.submit({ plant, createdBy }, expiresAt),
     probe: store.probe,
     load: batcher.load,
+    diskFull: () => undefined,
+    checkDisk: async () => undefined,
   }
 }
 
@@ -124,8 +126,9 @@ async function warmUp(
 /**
  * Readies a new instance before it listens: each statement slot connected, with the batch
  * statements prepared and run on no rows `statements` times, then `creates` creates through a
- * private copy of the application (`warmUp`). A database that cannot take them now is for
- * `/readyz` to report: the start goes on, and says so.
+ * private copy of the application (`warmUp`), and one page written and rolled back to see
+ * whether the database's disk has room. A database that cannot take them now is for `/readyz`
+ * to report: the start goes on, and says so.
  */
 export async function warmBeforeServing(
   plants: { readonly store: PlantStore; readonly ready: (times: number) => Promise<void> },
@@ -138,6 +141,15 @@ export async function warmBeforeServing(
       error: describeError(err),
     }),
   )
+  // A start on a full disk: nothing here writes a page, so one is written (and rolled back) to
+  // see; when there is no room, the store's episode says so in the log and /readyz says 503.
+  await plants.store
+    .checkDisk(performance.now() + limits.database.readiness)
+    .catch((err: unknown) =>
+      log.debug('could not see whether the database has room on its disk', {
+        error: describeError(err),
+      }),
+    )
   const warm = await warmUp(plants.store, settings, settings.logLevel, creates)
   if (warm.failedStatus !== undefined)
     log.warn('warm-up ended early: a create through the private copy was not answered 200', {

@@ -14,7 +14,10 @@ import { within } from './helpers/wait.ts'
 
 const db = await createTestDatabase({ after })
 
-function storeOn(url: string, limits: BatchLimits = contractLimits.batch): PlantStore {
+function storeOn(
+  url: string,
+  limits: BatchLimits = contractLimits.batch,
+): Pick<PlantStore, 'create' | 'probe' | 'load'> {
   const slots = openStatementSlots(url, quietLog, limits.maxInFlight)
   after(() => Promise.all(slots.map((slot) => slot.end())))
   return batchOnSlots(slots, limits, () => ({ shape: 'unnest' }))
@@ -25,7 +28,7 @@ const plant = (id: bigint, name: string, tag?: string): NewPlant =>
 
 /** Calls create for every plant in one tick, so that they are queued, and sent, together. */
 async function together(
-  store: PlantStore,
+  store: Pick<PlantStore, 'create' | 'load'>,
   plants: NewPlant[],
 ): Promise<PromiseSettledResult<CreateOutcome>[]> {
   const pending = plants.map((p) => store.create(p, 'batch-test'))

@@ -1,6 +1,8 @@
+import { diskFullMessage } from '../db/reach/unavailable.ts'
 import { migrationNames, migrationsTable } from '../db/start/migrate.ts'
 import { failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
+import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 import type { PlantStore } from '../plants/store.ts'
@@ -10,11 +12,16 @@ export const healthz: Handler = () => reply({ status: 'ok' })
 
 type Verdict = { ready: true } | { ready: false; reason: string }
 
+// PostgreSQL's message names files: it is in the log line of the episode, not in an answer.
+const diskFullReason =
+  "the database's disk is full: creates are answered 503 until a page can be written again"
+
 /**
  * Why the probe failed, in words an operator can act on. `oldestMs`: how long the oldest create
  * statement in flight has waited; past the deadline, the creates themselves are stuck.
  */
 function unreadyReason(err: unknown, deadlineMs: number, inFlight: number, oldestMs: number) {
+  if (diskFullMessage(err) !== undefined) return diskFullReason
   if (err instanceof DatabaseUnavailable) {
     const cause = (err.cause as { code?: unknown } | undefined)?.code
     if (cause === '25006') return 'the database is read-only (a standby, or a demoted primary)'
@@ -50,6 +57,15 @@ export function createReadyz(
 
   async function check(receivedAt: number): Promise<Verdict> {
     try {
+      // A full disk is not seen by the probe below (its commit needs no new page): the creates
+      // say it, and while none has been stored since, a page written and rolled back.
+      const disk = store.diskFull()
+      if (
+        disk !== undefined &&
+        (performance.now() - disk.lastFailure < limits.database.diskFullHold ||
+          (await store.checkDisk(receivedAt + deadlineMs)) !== undefined)
+      )
+        return { ready: false, reason: diskFullReason }
       // txid_current() gives the probe a transaction id, so its commit is a real one: it fails
       // on a read-only server (25006) and waits for a synchronous standby, as a create does.
       const [row] = await store.probe(

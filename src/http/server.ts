@@ -257,8 +257,8 @@ async function handle(
       error: err instanceof Error ? (err.stack ?? err.message) : String(err),
     })
   }
-  // A gap in the database: counted by why. The request's own line (a warning, as every 503)
-  // says what happened; a gap has a line of its own when it begins and ends (plants/gaps.ts).
+  // A gap in the database: counted by why. The request's own line says what happened; a gap
+  // has a warning of its own when it begins and ends (plants/gaps.ts), a full disk one more.
   if (outcome.unavailable) metrics.unavailable(outcome.unavailable.reason)
 
   const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
@@ -276,7 +276,9 @@ async function handle(
 
   const ms = performance.now() - started
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)
-  const level = status >= 500 ? (status === 503 ? 'warn' : 'error') : 'info'
+  // A 503 is an episode's (a gap, a full disk, readiness, the instance leaving), whose own lines
+  // are the warnings, with its counts: at LOG_LEVEL=warn, no line per request refused.
+  const level = status >= 500 && status !== 503 ? 'error' : 'info'
   log[level]('request', {
     requestId,
     client,

@@ -46,6 +46,11 @@ export type BatchHooks = WaitingHooks & {
   readonly connectionLost?: (slot: number) => void
   /** A statement went through with nothing of it failing for want of a database. */
   readonly through?: () => void
+  /**
+   * `items` failed for want of a database in a way not worth sending again (a full disk, a
+   * statement timeout, out of memory): answered unavailable (503) at once.
+   */
+  readonly refused?: (items: number, error: unknown) => void
 }
 
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
@@ -97,6 +102,7 @@ export function createBatcher<I, O>(
     stuckAfterMs = Number.POSITIVE_INFINITY,
     connectionLost = () => {},
     through = () => {},
+    refused = () => {},
     ...waitingHooks
   }: BatchHooks = {},
 ): Batcher<I, O> {
@@ -151,20 +157,28 @@ export function createBatcher<I, O>(
       statementRan(batch.length, (performance.now() - started) / 1000)
       const again: Pending<I, O>[] = []
       let why: { reason: ResendReason; err: Error } | undefined
+      let refusal: Error | undefined
+      let refusedItems = 0
       batch.forEach((p, i) => {
         const outcome = outcomes[i]
         const reason = outcome instanceof Error ? resendReason(outcome) : undefined
         if (reason !== undefined) {
           again.push(p)
           why ??= { reason, err: outcome as Error }
-        } else if (outcome instanceof Error) waiting.fail(p, outcome)
-        else if (outcome !== undefined) waiting.answer(p, outcome)
+        } else if (outcome instanceof Error) {
+          if (isUnavailable(outcome)) {
+            refusal ??= outcome
+            refusedItems++
+          }
+          waiting.fail(p, outcome)
+        } else if (outcome !== undefined) waiting.answer(p, outcome)
         else waiting.fail(p, new Error('an item got no outcome'))
       })
-      if (why === undefined) {
+      if (refusal !== undefined) refused(refusedItems, refusal)
+      if (why === undefined && refusal === undefined) {
         failedInARow.delete(slot)
         through()
-      } else {
+      } else if (why !== undefined) {
         waiting.putBack(again, why.reason, why.err)
         pause = pauseAfterFailure(slot)
       }
@@ -178,6 +192,7 @@ export function createBatcher<I, O>(
         return
       }
       if (isUnavailable(err) || batch.length === 1) {
+        if (isUnavailable(err)) refused(batch.length, err)
         for (const p of batch) waiting.fail(p, err)
         return
       }

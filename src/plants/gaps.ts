@@ -1,4 +1,4 @@
-import type { ResendReason } from '../db/reach/unavailable.ts'
+import { diskFullMessage, type ResendReason } from '../db/reach/unavailable.ts'
 import { describeError, type Log } from '../log.ts'
 import type { BatchHooks } from './batcher.ts'
 
@@ -15,42 +15,82 @@ export type GapMetrics = {
  */
 const quietMs = 1000
 
+/** The database's disk as the creates (and readiness' checks) found it: full since `since`. */
+export type DiskFull = {
+  /** PostgreSQL's own message (for the log only: never in an answer). */
+  readonly message: string
+  /** `performance.now()` of the first and of the last failure for want of disk space. */
+  readonly since: number
+  readonly lastFailure: number
+}
+
+/** The hooks `gapHooks` answers, and what it knows of the database's disk. */
+export type Gaps = {
+  readonly hooks: Pick<BatchHooks, 'held' | 'through' | 'heldEnded' | 'expired' | 'refused'>
+  /** The disk full episode open now, if any: it ends with the first create stored again. */
+  readonly diskFull: () => DiskFull | undefined
+}
+
 /**
  * The batcher's hooks that tell of gaps in the database: a gap begins with a statement that
- * fails for want of a database, and ends with the first statement through after the last such
- * failure, once `quietMs` has passed with none. One log line when it begins and one when it ends
- * (how long, the creates held, the creates sent again, the creates answered 503), instead of a
- * warning per create; and the metrics of every resend and of every held create's wait. `where`
- * names the database in the lines (a Citus group's primary, as it is when the line is written).
+ * fails for want of a database, held to be sent again or refused at once (a full disk, a
+ * statement timeout), and ends with the first statement through after the last such failure,
+ * once `quietMs` has passed with none. One log line when it begins and one when it ends (how
+ * long, the creates held, the creates sent again, the creates answered 503), instead of a
+ * warning per create; and the metrics of every resend and of every held create's wait. A gap in
+ * which the database's disk is full says so in a line of its own, once, with PostgreSQL's
+ * message, and its end says the disk has room again; meanwhile `diskFull` tells readiness.
+ * `where` names the database in the lines (a Citus group's primary, as it is when the line is
+ * written); `database` is how the other lines name it (host, port, database, user).
  */
 export function gapHooks(
   log: Log,
   metrics: GapMetrics,
-  where?: () => string,
-): Pick<BatchHooks, 'held' | 'through' | 'heldEnded' | 'expired'> {
+  { where, database }: { where?: () => string; database?: string } = {},
+): Gaps {
   type Gap = {
     readonly began: number
-    readonly reasons: Set<ResendReason>
+    readonly reasons: Set<string>
     held: number
     resent: number
     unavailable: number
     lastFailure: number
     /** The first statement through since the last failure. */
     backAt: number | undefined
+    /** Set once a failure said the database's disk is full. */
+    disk: { message: string; since: number; lastFailure: number } | undefined
   }
   let gap: Gap | undefined
   let timer: ReturnType<typeof setTimeout> | undefined
-  const node = () => (where === undefined ? {} : { node: where() })
+  const node = () => ({
+    ...(database !== undefined && { database }),
+    ...(where !== undefined && { node: where() }),
+  })
   const suffix = () => (where === undefined ? '' : ` (${where()})`)
+  const named = () => where?.() ?? database ?? 'the database'
 
   function end(open: Gap): void {
     gap = undefined
-    const { began, reasons, held, resent, unavailable, backAt = performance.now() } = open
+    const { began, reasons, held, resent, unavailable, disk, backAt = performance.now() } = open
     const ms = Math.round(backAt - began)
-    log.warn(
-      `the database took creates again${suffix()} after ${ms} ms: ${held} creates held, ${resent} sent again, ${unavailable} answered 503`,
-      { gapMs: ms, held, resent, unavailable, reasons: [...reasons].join(','), ...node() },
-    )
+    const fields = {
+      gapMs: ms,
+      held,
+      resent,
+      unavailable,
+      reasons: [...reasons].join(','),
+      ...node(),
+    }
+    if (disk !== undefined)
+      log.warn(
+        `the database's disk has room again (${named()}): a create was stored ${Math.round(backAt - disk.since)} ms after the first one refused for want of disk space; ${unavailable} creates were answered 503 meanwhile`,
+        { ...fields, diskFullMs: Math.round(backAt - disk.since) },
+      )
+    else
+      log.warn(
+        `the database took creates again${suffix()} after ${ms} ms: ${held} creates held, ${resent} sent again, ${unavailable} answered 503`,
+        fields,
+      )
   }
 
   function check(): void {
@@ -64,44 +104,79 @@ export function gapHooks(
     }
   }
 
-  return {
-    held(reason, items, first, err) {
-      metrics.createsResent(reason, items)
-      const now = performance.now()
-      if (gap === undefined) {
-        gap = {
-          began: now,
-          reasons: new Set(),
-          held: 0,
-          resent: 0,
-          unavailable: 0,
-          lastFailure: now,
-          backAt: undefined,
-        }
+  /** The gap open now, opened by a failure (`reason`) if none is. */
+  function failure(reason: string, err: unknown, begins: string): Gap {
+    const now = performance.now()
+    const diskMessage = diskFullMessage(err)
+    if (gap === undefined) {
+      gap = {
+        began: now,
+        reasons: new Set(),
+        held: 0,
+        resent: 0,
+        unavailable: 0,
+        lastFailure: now,
+        backAt: undefined,
+        disk: undefined,
+      }
+      // A full disk has its own line, below.
+      if (diskMessage === undefined)
+        log.warn(begins, {
+          reason,
+          code: String((err as { code?: unknown } | null)?.code ?? ''),
+          error: describeError(err),
+          ...node(),
+        })
+    }
+    gap.reasons.add(reason)
+    gap.lastFailure = now
+    gap.backAt = undefined
+    if (diskMessage !== undefined) {
+      if (gap.disk === undefined) {
+        gap.disk = { message: diskMessage, since: now, lastFailure: now }
         log.warn(
-          `the database is unavailable${suffix()}: holding creates and sending them again until their deadlines`,
+          `the database's disk is full (${named()}): PostgreSQL says "${diskMessage}"; creates are answered 503 with Retry-After and /readyz says 503 until one is stored again`,
           {
-            reason,
+            reason: 'disk_full',
             code: String((err as { code?: unknown } | null)?.code ?? ''),
-            error: describeError(err),
             ...node(),
           },
         )
-      }
-      gap.reasons.add(reason)
-      gap.held += first
-      gap.resent += items
-      gap.lastFailure = now
-      gap.backAt = undefined
+      } else gap.disk.lastFailure = now
+    }
+    return gap
+  }
+
+  return {
+    hooks: {
+      held(reason, items, first, err) {
+        metrics.createsResent(reason, items)
+        const open = failure(
+          reason,
+          err,
+          `the database is unavailable${suffix()}: holding creates and sending them again until their deadlines`,
+        )
+        open.held += first
+        open.resent += items
+      },
+      refused(items, err) {
+        const open = failure(
+          diskFullMessage(err) === undefined ? 'refused' : 'disk_full',
+          err,
+          `the database refuses creates${suffix()}: answering them 503 with Retry-After`,
+        )
+        open.unavailable += items
+      },
+      through() {
+        if (gap === undefined || gap.backAt !== undefined) return
+        gap.backAt = performance.now()
+        if (timer === undefined) check()
+      },
+      heldEnded: metrics.heldCreateEnded,
+      expired() {
+        if (gap !== undefined) gap.unavailable++
+      },
     },
-    through() {
-      if (gap === undefined || gap.backAt !== undefined) return
-      gap.backAt = performance.now()
-      if (timer === undefined) check()
-    },
-    heldEnded: metrics.heldCreateEnded,
-    expired() {
-      if (gap !== undefined) gap.unavailable++
-    },
+    diskFull: () => gap?.disk,
   }
 }

@@ -1,14 +1,16 @@
 import type { Sql } from 'postgres'
 import { type CitusPrimaries, nodeUrl } from '../db/node.ts'
+import { roomOnDisk } from '../db/reach/disk.ts'
 import { openStatementSlots } from '../db/reach/slots.ts'
 import { leaveReadOnlyServer } from '../db/reach/sql.ts'
-import { connectionError } from '../db/reach/unavailable.ts'
+import { connectionError, diskFullMessage } from '../db/reach/unavailable.ts'
+import { describeDatabase } from '../db/reach/url.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
 import type { BatchPath, CreateOutcome } from './batch-sql.ts'
 import { type BatchLimits, batchOnSlots, type SlotHooks } from './batcher.ts'
 import type { WritePath } from './citus.ts'
-import { type GapMetrics, gapHooks } from './gaps.ts'
+import { type DiskFull, type GapMetrics, gapHooks } from './gaps.ts'
 import type { NewPlant } from './schema.ts'
 
 export type { BatchLimits } from './batcher.ts'
@@ -32,6 +34,17 @@ export type PlantStore = {
   readonly probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number) => Promise<T>
   /** Creates waiting for a statement, statements in flight, and the oldest one's age in ms. */
   readonly load: () => { queued: number; inFlight: number; oldestMs: number }
+  /**
+   * Whether the database's disk is full, as the creates found it: open from the first create
+   * refused for want of disk space until one is stored again.
+   */
+  readonly diskFull: () => DiskFull | undefined
+  /**
+   * Writes one page that is rolled back (`roomOnDisk`) through the creates' slots: resolves with
+   * the disk full episode when there is no room (and opens one if none was open, as a create
+   * refused would), `undefined` when there is. Rejects as `probe` does for anything else.
+   */
+  readonly checkDisk: (expiresAt: number) => Promise<DiskFull | undefined>
 }
 
 type StoreOptions = {
@@ -98,9 +111,13 @@ function openBatching(
     ...(current && { current }),
   })
   const named = node && (() => `the Citus worker at ${node()}`)
-  const store = batchOnSlots(slots, batchLimits, path, {
+  const gaps = gapHooks(log, gapMetrics, {
+    ...(named && { where: named }),
+    database: describeDatabase(url),
+  })
+  const batching = batchOnSlots(slots, batchLimits, path, {
     statementRan,
-    ...gapHooks(log, gapMetrics, named),
+    ...gaps.hooks,
     ...(waitingElsewhere && { waitingElsewhere }),
     readOnly: leaveReadOnlyServer(log),
     cutLoose: (slot, ms, sockets) =>
@@ -109,14 +126,30 @@ function openBatching(
         { sockets, ...(node !== undefined && { node: node() }) },
       ),
   })
+  const store: PlantStore = Object.freeze({
+    create: batching.create,
+    probe: batching.probe,
+    load: batching.load,
+    diskFull: gaps.diskFull,
+    async checkDisk(expiresAt: number) {
+      try {
+        await batching.probe(roomOnDisk, expiresAt)
+        return undefined
+      } catch (err) {
+        if (diskFullMessage(err) === undefined) throw err
+        gaps.hooks.refused?.(0, err)
+        return gaps.diskFull()
+      }
+    },
+  })
   return {
     store,
     async close() {
       await Promise.all(slots.map((slot) => slot.end()))
     },
-    ready: store.ready,
+    ready: batching.ready,
     cut: (reason) => slots.reduce((sockets, slot) => sockets + slot.cut(reason), 0),
-    queued: store.queued,
+    queued: batching.queued,
   }
 }
 
@@ -220,6 +253,8 @@ function openRoutedStore(
       create: (plant, createdBy, expiresAt) => storeOf(plant).create(plant, createdBy, expiresAt),
       probe: ownBatching.store.probe,
       load,
+      diskFull: () => all.map((b) => b.store.diskFull()).find((d) => d !== undefined),
+      checkDisk: ownBatching.store.checkDisk,
     } satisfies PlantStore),
     async close() {
       await Promise.all(all.map((r) => r.close()))

@@ -99,6 +99,32 @@ function citusNodeLostReason(code: string, message: unknown): ResendReason | und
   return citusNodeLost.find(([prefix]) => message.startsWith(prefix))?.[1]
 }
 
+/**
+ * PostgreSQL's own message when `err` says its disk is full: disk_full (53100: a relation file
+ * that cannot grow, a WAL segment that cannot be made, a temporary file; PostgreSQL maps ENOSPC
+ * to it wherever it reports a file's error with its code), the messages it raises without a
+ * code of its own while it cannot write (XX000: the relation-cache init file a new connection
+ * writes, `elog(FATAL, "could not write init file")` in relcache.c), and any message that quotes
+ * the operating system's "No space left on device" (ENOSPC) or "Disk quota exceeded" (EDQUOT).
+ * The messages are matched in English, PostgreSQL's default `lc_messages`; under another
+ * language only 53100 is recognised. `undefined` otherwise. Looks through `DatabaseUnavailable`
+ * to its cause.
+ */
+export function diskFullMessage(err: unknown): string | undefined {
+  if (typeof err !== 'object' || err === null) return undefined
+  const cause = err instanceof DatabaseUnavailable && err.cause !== undefined ? err.cause : err
+  const { code, message } = cause as { code?: unknown; message?: unknown }
+  if (typeof message !== 'string') return code === '53100' ? 'disk full (53100)' : undefined
+  if (
+    code === '53100' ||
+    (code === 'XX000' && message.startsWith('could not write init file')) ||
+    message.includes('No space left on device') ||
+    message.includes('Disk quota exceeded')
+  )
+    return message
+  return undefined
+}
+
 /** Whether an error thrown by the driver means the database is unavailable for now. */
 export function isUnavailable(err: unknown): boolean {
   if (err instanceof DatabaseUnavailable) return true
@@ -108,7 +134,8 @@ export function isUnavailable(err: unknown): boolean {
   return (
     connectionCodes.has(code) ||
     isTransientSqlState(code) ||
-    citusNodeLostReason(code, message) !== undefined
+    citusNodeLostReason(code, message) !== undefined ||
+    diskFullMessage(err) !== undefined
   )
 }
 
@@ -140,7 +167,9 @@ export function translateUnavailable(err: unknown): never {
   if (err instanceof DatabaseUnavailable) throw err
   if (isUnavailable(err)) {
     const code = (err as { code: string }).code
-    throw new DatabaseUnavailable(`database error ${code}`, { cause: err })
+    const what =
+      diskFullMessage(err) === undefined ? 'database error' : "the database's disk is full:"
+    throw new DatabaseUnavailable(`${what} ${code}`, { cause: err })
   }
   throw err
 }
