@@ -71,7 +71,11 @@ export function createApp({
   leaving = () => undefined,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
-  metrics.watch({ queue: store.load, tokens: tokens.state })
+  metrics.watch({
+    queue: store.load,
+    tokens: tokens.state,
+    diskFull: () => store.diskFull() !== undefined,
+  })
   const route = createRouter([
     {
       method: 'POST',

@@ -1,3 +1,5 @@
+import { writeSync } from 'node:fs'
+
 /** The log levels, least severe first. */
 export const logLevels = ['debug', 'info', 'warn', 'error'] as const
 export type LogLevel = (typeof logLevels)[number]
@@ -102,4 +104,69 @@ export function coalescedWriter(
 /** An error as a log line states it: its message, or the thrown value itself. */
 export function describeError(err: unknown): string {
   return err instanceof Error ? err.message : String(err)
+}
+
+let droppedLines = 0
+
+/** Log lines this process could not write to its destination (a full disk, a reader gone). */
+export function droppedLogLines(): number {
+  return droppedLines
+}
+
+const linesIn = (text: string) => {
+  let lines = 0
+  for (let at = text.indexOf('\n'); at !== -1; at = text.indexOf('\n', at + 1)) lines++
+  return lines
+}
+
+/**
+ * Writes log text to file descriptor `fd` (standard output) so that its destination can never
+ * stop the service: a write that fails (ENOSPC on a full disk, EPIPE when the reader is gone,
+ * EIO, EAGAIN on a pipe that is full and non-blocking) drops the text and counts its lines
+ * (`droppedLogLines`, a metric), and never throws or emits an error. One line to `notice`
+ * (standard error) when lines begin to be dropped, and one when a write succeeds again, with
+ * how many were dropped; a line cut by a partial write is ended, so that the next one starts on
+ * a line of its own. Synchronous, as Node writes to a file or a pipe on Linux anyway: a failed
+ * write returns at once.
+ */
+export function logDestination(
+  fd: number,
+  notice: (text: string) => void = (text) => {
+    try {
+      writeSync(2, text)
+    } catch {
+      // Standard error is broken too: nothing more to say.
+    }
+  },
+): (chunk: string) => void {
+  let failing: { since: number; dropped: number } | undefined
+  let cutLine = false
+  return (chunk) => {
+    const buffer = Buffer.from(cutLine ? `\n${chunk}` : chunk)
+    let written = 0
+    try {
+      while (written < buffer.length) written += writeSync(fd, buffer, written)
+      cutLine = false
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? String(err)
+      // A partial write leaves the start of a line behind: the next write ends it first.
+      if (written > 0) cutLine = true
+      const lines = linesIn(chunk)
+      droppedLines += lines
+      if (failing === undefined) {
+        failing = { since: Date.now(), dropped: 0 }
+        notice(
+          `plant-store: the log cannot be written to its destination (${code}); its lines are dropped and counted in plant_store_log_lines_dropped_total until it can\n`,
+        )
+      }
+      failing.dropped += lines
+      return
+    }
+    if (failing !== undefined) {
+      notice(
+        `plant-store: the log is written again, after ${Math.round((Date.now() - failing.since) / 1000)} s in which ${failing.dropped} lines were dropped\n`,
+      )
+      failing = undefined
+    }
+  }
 }

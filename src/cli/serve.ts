@@ -2,7 +2,7 @@ import cluster from 'node:cluster'
 import process from 'node:process'
 import type { Config } from '../config.ts'
 import { limits } from '../limits.ts'
-import { coalescedWriter, createLog, describeError, type Log } from '../log.ts'
+import { coalescedWriter, createLog, describeError, type Log, logDestination } from '../log.ts'
 import { runPrimary } from '../primary.ts'
 import { startService } from '../service.ts'
 
@@ -32,10 +32,8 @@ export async function serve(
   const role = processRole(config)
   const worker = role === 'worker' ? cluster.worker : undefined
   // Workers share the primary's standard output: writes of at most PIPE_BUF stay whole.
-  const out = coalescedWriter(
-    (chunk) => process.stdout.write(chunk),
-    worker === undefined ? undefined : 4096,
-  )
+  // A destination that is full or broken drops lines (counted), never stops the service.
+  const out = coalescedWriter(logDestination(1), worker === undefined ? undefined : 4096)
   process.on('exit', out.flush)
   const log = createLog(
     config.logLevel,

@@ -10,6 +10,7 @@ import {
 import { type ResendReason, resendReasons } from '../db/reach/unavailable.ts'
 import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
+import { droppedLogLines } from '../log.ts'
 import type { UnavailableReason } from '../outcome.ts'
 import { metricsOfAllWorkers, shared } from './cluster.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
@@ -20,6 +21,8 @@ export type CreateOutcomeLabel = 'created' | 'retry' | 'conflict' | 'invalid' | 
 /** Where the gauges read their values when Prometheus scrapes. */
 export type MetricSources = {
   readonly queue: () => { queued: number; inFlight: number }
+  /** Whether creates are refused now for want of disk space in the database. */
+  readonly diskFull: () => boolean
   readonly tokens: () => {
     valid: number
     loadedAt: number | undefined
@@ -204,6 +207,25 @@ function storeMetrics(
 
 /** Gauges read at scrape time from the queue and the token cache, once they are watched. */
 function stateGauges(registers: Registry[], sources: () => MetricSources | undefined): void {
+  new Gauge({
+    name: 'plant_store_database_disk_full',
+    help: "1 while the database's disk is full: from the first create refused for want of disk space until one is stored again (/readyz says 503 meanwhile); else 0",
+    registers,
+    // With WORKERS, 1 when any worker found it full.
+    aggregator: 'max',
+    collect() {
+      this.set(sources()?.diskFull() === true ? 1 : 0)
+    },
+  })
+  new Counter({
+    name: 'plant_store_log_lines_dropped_total',
+    help: 'Log lines that could not be written to standard output (its disk full, its reader gone) and were dropped; the service goes on',
+    registers,
+    collect() {
+      this.reset()
+      this.inc(droppedLogLines())
+    },
+  })
   new Gauge({
     name: 'plant_store_create_queue_waiting',
     help: `Creates waiting for a statement (at most ${formatted(limits.batch.maxQueued)}; beyond, creates are refused 503)`,

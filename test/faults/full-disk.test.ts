@@ -1,14 +1,18 @@
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { closeSync, openSync, readFileSync, statSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import postgres from 'postgres'
 import { freePort, startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
+import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
+import { tempDir } from '../helpers/temp-dir.ts'
 import { within } from '../helpers/wait.ts'
 
 // The kernel's own full disk: PostgreSQL's data directory (pg_wal with it) on a tmpfs of its
@@ -247,3 +251,100 @@ describe('new connections that cannot write their init file', { concurrency: 1 }
     )
   })
 })
+
+/** `npm start`'s serve() as its own process, its log (standard output) to `logFile`. */
+function serveWithLogIn(dataDir: string, logFile: number) {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(projectDir, 'test', 'helpers', 'serve-child.ts'), dataDir],
+    {
+      cwd: projectDir,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', LOG_LEVEL: 'info' },
+      stdio: ['ignore', logFile, 'pipe'],
+    },
+  )
+  let stderr = ''
+  child.stderr?.on('data', (c: Buffer) => {
+    stderr += c.toString()
+  })
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
+  return { child, exited, stderr: () => stderr }
+}
+
+describe("the service's own disk", { concurrency: 1 }, () => {
+  test('a full log destination: the service keeps serving, drops the lines it cannot write and counts them, says so on standard error when it begins and ends, writes whole lines again once there is room, and stops its embedded PostgreSQL when it stops', {
+    skip,
+    timeout: 120_000,
+  }, async (t) => {
+    assert.equal(unavailable, undefined, unavailable)
+    const disk = await smallDisk(t, 1)
+    const { dir: dataDir, ...data } = await tempDir(t, 'plant-store-log-disk-')
+    const logPath = join(disk.dir, 'service.log')
+    const logFile = openSync(logPath, 'w')
+    const service = serveWithLogIn(dataDir, logFile)
+    closeSync(logFile)
+    data.after(async () => {
+      service.child.kill('SIGKILL')
+      await service.exited
+    })
+    const listening = await within(60_000, async () =>
+      readFileSync(logPath, 'utf8').includes('listening on'),
+    ).then(() => /"listening on ([^"]+)"/.exec(readFileSync(logPath, 'utf8'))?.[1])
+    assert.ok(listening)
+    const token = readFileSync(join(dataDir, 'dev-token'), 'utf8').trim()
+    const postmaster = Number(
+      readFileSync(join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0],
+    )
+
+    await disk.fill()
+    const drive = driveCreates(listening, token, { concurrency: 8, pauseMs: 0 })
+    await within(20_000, async () => drive.acknowledged.length >= 500)
+    await drive.stop()
+    assert.deepEqual([...drive.statuses.keys()], [200], 'every create answered 200')
+    assert.equal(service.child.exitCode, null, 'the service still runs')
+    assert.match(service.stderr(), /the log cannot be written to its destination \(ENOSPC\)/)
+    const metrics = await (await fetch(`${listening}/metrics`)).text()
+    const dropped = Number(/^plant_store_log_lines_dropped_total (\d+)$/m.exec(metrics)?.[1])
+    assert.ok(dropped >= 500, `dropped lines counted: ${dropped}`)
+
+    await disk.free()
+    const sizeBefore = statSync(logPath).size
+    // Room again: one more line makes the log writable again (the notice says how many were lost).
+    await fetch(`${listening}/healthz`)
+    await within(5_000, async () =>
+      /the log is written again, after \d+ s in which \d+ lines were dropped/.test(
+        service.stderr(),
+      ),
+    )
+    const after = readFileSync(logPath, 'utf8')
+      .slice(sizeBefore)
+      .split('\n')
+      .filter((l) => l !== '')
+    assert.ok(after.length > 0, 'lines written again')
+    // Whole lines: a line cut by the full disk ends at once, and each new one parses.
+    for (const line of after.slice(line0(after))) JSON.parse(line)
+
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+    assert.equal(isRunning(postmaster), false, 'the embedded PostgreSQL stopped with it')
+  })
+})
+
+/** Where whole lines begin: after a fragment the full disk cut, if the first line is one. */
+const line0 = (lines: string[]) => {
+  try {
+    JSON.parse(lines[0] ?? '')
+    return 0
+  } catch {
+    return 1
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
