@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { existsSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { appendFile, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
@@ -12,6 +12,7 @@ import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { projectDir } from './helpers/cli.ts'
 import { tempDir } from './helpers/temp-dir.ts'
+import { within } from './helpers/wait.ts'
 
 function capture() {
   const lines: Record<string, unknown>[] = []
@@ -67,8 +68,8 @@ describe('the embedded database (no DATABASE_URL)', () => {
     assert.equal(retry.status, 200, 'the plant and the token were kept across the restart')
   })
 
-  test('a server orphaned by a SIGKILLed process is stopped on the next start, with its data kept', async () => {
-    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
+  /** A process that started the embedded database in `dir`, and its server's pid. */
+  async function embeddedChild(dir: string) {
     const child = spawn(
       process.execPath,
       ['--import', 'tsx', 'test/helpers/embedded-child.ts', dir],
@@ -84,27 +85,50 @@ describe('the embedded database (no DATABASE_URL)', () => {
     await sql`create table kept (v text)`
     await sql`insert into kept values ('before the kill')`
     await sql.end()
-    const orphan = Number(
+    const server = Number(
       (await readFile(join(dir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[0],
     )
-    child.kill('SIGKILL')
-    await new Promise((r) => child.on('exit', r))
-    process.kill(orphan, 0) // still running: orphaned
+    return { child, server }
+  }
 
+  async function keptAfterRestart(dir: string, tmp: { after: (fn: () => unknown) => void }) {
     const { lines, log } = capture()
     const db = await startEmbedded({ dir, log, shareRunning: false, fast: true })
     tmp.after(() => db.stop())
-    assert.ok(
-      lines.some(
-        (l) => String(l.message).includes('left running by a killed process') && l.pid === orphan,
-      ),
-    )
     const again = postgres(db.url, { max: 1, onnotice: () => {} })
     const rows = await again`select v from kept`
     await again.end()
     assert.deepEqual(
       rows.map((r) => r.v),
       ['before the kill'],
+    )
+    return lines
+  }
+
+  test('the server of a SIGKILLed process stops within seconds (its watch), with its data kept', async () => {
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
+    const { child, server } = await embeddedChild(dir)
+    child.kill('SIGKILL')
+    await new Promise((r) => child.on('exit', r))
+    await within(10_000, async () => !isRunning(server))
+    await keptAfterRestart(dir, tmp)
+  })
+
+  test('a server orphaned with its watch (both killed) is stopped on the next start, with its data kept', async () => {
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
+    const { child, server } = await embeddedChild(dir)
+    const watches = watchesOf(dir)
+    assert.equal(watches.length, 1, 'one watch for the server')
+    for (const pid of watches) process.kill(pid, 'SIGKILL')
+    child.kill('SIGKILL')
+    await new Promise((r) => child.on('exit', r))
+    await new Promise((r) => setTimeout(r, 1_500))
+    assert.ok(isRunning(server), 'orphaned')
+    const lines = await keptAfterRestart(dir, tmp)
+    assert.ok(
+      lines.some(
+        (l) => String(l.message).includes('left running by a killed process') && l.pid === server,
+      ),
     )
   })
 
@@ -183,3 +207,27 @@ describe('the embedded database (no DATABASE_URL)', () => {
     assert.equal(sharedBuffersMb(64 * 2 ** 30), 2048)
   })
 })
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** The watches (embedded.ts, stopWhenGone) of the server in `dir`, by their command lines. */
+function watchesOf(dir: string): number[] {
+  return readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        const args = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0')
+        return args.includes('plant-store-embedded-watch') && args.includes(join(dir, 'postgres'))
+      } catch {
+        return false
+      }
+    })
+    .map(Number)
+}

