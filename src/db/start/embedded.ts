@@ -208,7 +208,9 @@ export async function startEmbedded({
   /** `err` (or the server's own words) as a start refused for want of disk space, if it is. */
   const diskFull = (what: string, err: unknown) => {
     const said = `${describeError(err)}\n${output.join('\n')}`
-    const line = said.split('\n').find((l) => /no space left on device|disk quota exceeded/i.test(l))
+    const line = said
+      .split('\n')
+      .find((l) => /no space left on device|disk quota exceeded/i.test(l))
     if (line === undefined) return err
     const cause = line.replace(/^.*?\b(FATAL|PANIC|ERROR):\s*/, '').trim()
     return new Error(
