@@ -283,6 +283,11 @@ describe('new connections that cannot write their init file', { concurrency: 1 }
       )
       assert.equal(said.length, 1)
       assert.match(String(said[0]?.message), /could not write init file|No space left on device/)
+      // A start against it refuses, saying why in words.
+      await assert.rejects(
+        startTestServer(disk, { db: server.db }),
+        /^Error: cannot use the database at 127\.0\.0\.1:\d+\/\w+ as postgres: its disk is full \(PostgreSQL says "could not write init file/,
+      )
       await disk.free()
       await within(
         10_000,

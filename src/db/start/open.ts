@@ -3,6 +3,7 @@ import type { Config } from '../../config.ts'
 import { describeError, type Log } from '../../log.ts'
 import { type CitusNode, citusNodeOf } from '../node.ts'
 import { writableUrl as writableHostUrl } from '../reach/hosts.ts'
+import { diskFullMessage } from '../reach/unavailable.ts'
 import { describeDatabase } from '../reach/url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { migrate, pendingMigrations } from './migrate.ts'
@@ -149,8 +150,19 @@ export async function prepareDatabase(
  */
 export function cannotUse(config: Config, db: EmbeddedDatabase, err: unknown): Error {
   const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
-  return new Error(
-    `cannot use the database at ${describeDatabase(failed)}: ${describeError(err)}`,
-    { cause: err },
+  // The driver's error, under whatever wrapped it on the way (a connect failure, the URL's).
+  let cause: unknown = err
+  while (
+    diskFullMessage(cause) === undefined &&
+    cause instanceof Error &&
+    cause.cause !== undefined
   )
+    cause = cause.cause
+  const why =
+    diskFullMessage(cause) === undefined
+      ? describeError(err)
+      : `its disk is full (PostgreSQL says "${describeError(err)}"); free space on the database server and start again`
+  return new Error(`cannot use the database at ${describeDatabase(failed)}: ${why}`, {
+    cause: err,
+  })
 }
