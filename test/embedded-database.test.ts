@@ -11,6 +11,7 @@ import { sharedBuffersMb } from '../src/db/start/server-settings.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
 import { projectDir } from './helpers/cli.ts'
+import { isRunning } from './helpers/process.ts'
 import { tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
 
@@ -207,15 +208,6 @@ describe('the embedded database (no DATABASE_URL)', () => {
     assert.equal(sharedBuffersMb(64 * 2 ** 30), 2048)
   })
 })
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** The watches (embedded.ts, stopWhenGone) of the server in `dir`, by their command lines. */
 function watchesOf(dir: string): number[] {

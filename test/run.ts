@@ -130,6 +130,7 @@ if (perRuntime) {
 // others, under 30 s each, follow in name order.
 const longest = [
   'test/citus.test.ts', // 177
+  'test/faults/full-disk.test.ts', // 106
   'test/faults/failover.test.ts', // 100
   'test/faults/citus-patroni.test.ts', // 95
   'test/faults/network-partition.test.ts', // 87

@@ -10,7 +10,8 @@ import { migrate } from '../../src/db/start/migrate.ts'
 import { postgres15Bin, startPostgres15 } from '../helpers/citus.ts'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
-import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { type Drive, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { isRunning } from '../helpers/process.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
@@ -60,6 +61,18 @@ const readyz = async (base: string) => {
   return { status: res.status, body: (await res.json()) as { message?: string } }
 }
 
+/** Every create answered 200, or 503 with `Retry-After: 1` (never 500); every 200 stored. */
+async function onlyAnswersAndNothingLost(drive: Drive, check: postgres.Sql): Promise<void> {
+  assert.deepEqual(
+    [...drive.statuses.keys()].filter((s) => s !== 200 && s !== 503),
+    [],
+    'only 200 and 503',
+  )
+  for (const a of drive.answers.filter((x) => x.status === 503))
+    assert.equal(a.retryAfter, '1', 'every 503 carries Retry-After')
+  assert.deepEqual(await lostAcknowledgements(check, drive.acknowledged), [])
+}
+
 const metricsOf = async (base: string) => (await fetch(`${base}/metrics`)).text()
 
 const linesAt = (logs: Record<string, unknown>[], from: number, levels: string[]) =>
@@ -98,14 +111,7 @@ describe("the database's disk full", { concurrency: 1 }, () => {
     await drive.stop()
     assert.match(await metricsOf(server.base), /^plant_store_database_disk_full 0$/m)
 
-    assert.deepEqual(
-      [...drive.statuses.keys()].filter((s) => s !== 200 && s !== 503),
-      [],
-      'only 200 and 503',
-    )
-    for (const a of drive.answers.filter((x) => x.status === 503))
-      assert.equal(a.retryAfter, '1', 'every 503 carries Retry-After')
-    assert.deepEqual(await lostAcknowledgements(check, drive.acknowledged), [])
+    await onlyAnswersAndNothingLost(drive, check)
 
     const warnings = linesAt(server.logs, logFrom, ['warn', 'error'])
     const full = warnings.filter((l) => String(l.message).startsWith("the database's disk is full"))
@@ -164,14 +170,7 @@ describe("the database's WAL cannot grow", { concurrency: 1 }, () => {
     await within(10_000, async () => (await readyz(server.base)).status === 200)
     await drive.stop()
 
-    assert.deepEqual(
-      [...drive.statuses.keys()].filter((s) => s !== 200 && s !== 503),
-      [],
-      'only 200 and 503',
-    )
-    for (const a of drive.answers.filter((x) => x.status === 503))
-      assert.equal(a.retryAfter, '1', 'every 503 carries Retry-After')
-    assert.deepEqual(await lostAcknowledgements(check, drive.acknowledged), [])
+    await onlyAnswersAndNothingLost(drive, check)
   })
 })
 
@@ -296,23 +295,29 @@ describe('new connections that cannot write their init file', { concurrency: 1 }
     })
 })
 
-/** `npm start`'s serve() as its own process, its log (standard output) to `logFile`. */
-function serveWithLogIn(dataDir: string, logFile: number) {
+/**
+ * `npm start`'s serve() as its own process, the embedded database in `dataDir`, its log
+ * (standard output) to `stdout`: a file descriptor, or a pipe read into `out`.
+ */
+function serveChild(dataDir: string, stdout: number | 'pipe') {
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', join(projectDir, 'test', 'helpers', 'serve-child.ts'), dataDir],
     {
       cwd: projectDir,
       env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', LOG_LEVEL: 'info' },
-      stdio: ['ignore', logFile, 'pipe'],
+      stdio: ['ignore', stdout, 'pipe'],
     },
   )
-  let stderr = ''
+  const seen = { out: '', err: '' }
+  child.stdout?.on('data', (c: Buffer) => {
+    seen.out += c.toString()
+  })
   child.stderr?.on('data', (c: Buffer) => {
-    stderr += c.toString()
+    seen.err += c.toString()
   })
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
-  return { child, exited, stderr: () => stderr }
+  return { child, exited, out: () => seen.out, stderr: () => seen.err }
 }
 
 describe("the service's own disk", { concurrency: 1 }, () => {
@@ -325,7 +330,7 @@ describe("the service's own disk", { concurrency: 1 }, () => {
     const { dir: dataDir, ...data } = await tempDir(t, 'plant-store-log-disk-')
     const logPath = join(disk.dir, 'service.log')
     const logFile = openSync(logPath, 'w')
-    const service = serveWithLogIn(dataDir, logFile)
+    const service = serveChild(dataDir, logFile)
     closeSync(logFile)
     data.after(async () => {
       service.child.kill('SIGKILL')
@@ -384,33 +389,13 @@ const line0 = (lines: string[]) => {
   }
 }
 
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
-/** `npm start`'s serve() with its embedded database in `dataDir`: its exit code and log lines. */
-async function startOnce(dataDir: string, stopAfter: (lines: string) => boolean) {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', join(projectDir, 'test', 'helpers', 'serve-child.ts'), dataDir],
-    {
-      cwd: projectDir,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', LOG_LEVEL: 'info' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  )
-  let out = ''
-  child.stdout?.on('data', (c: Buffer) => {
-    out += c.toString()
-    if (stopAfter(out)) child.kill('SIGTERM')
+/** `npm start` once, stopped (SIGTERM) once it listens: its exit code and log. */
+async function startOnce(dataDir: string) {
+  const service = serveChild(dataDir, 'pipe')
+  service.child.stdout?.on('data', () => {
+    if (service.out().includes('"listening on ')) service.child.kill('SIGTERM')
   })
-  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve))
-  return { code, out }
+  return { code: await service.exited, out: service.out() }
 }
 
 describe("npm start with the embedded database's disk full", { concurrency: 1 }, () => {
@@ -421,28 +406,26 @@ describe("npm start with the embedded database's disk full", { concurrency: 1 },
     assert.equal(unavailable, undefined, unavailable)
     const disk = await smallDisk(t, 160)
     const dataDir = join(disk.dir, 'data')
-    const listening = (out: string) => out.includes('"listening on ')
-
-    await disk.fill()
-    const fresh = await startOnce(dataDir, listening)
-    assert.equal(fresh.code, 1)
-    assert.match(
-      fresh.out,
-      /"the service did not start: the disk of [^ ]+ is full: the embedded database could not be initialised, and nothing of it was kept \([^)]*(N|n)o space left on device[^)]*\); free space there and start again"/,
-    )
-    await disk.free()
-    const first = await startOnce(dataDir, listening)
-    assert.equal(first.code, 0, first.out)
-
-    await disk.fill()
-    const later = await startOnce(dataDir, listening)
-    assert.equal(later.code, 1)
-    assert.match(
-      later.out,
-      /"the service did not start: the disk of [^ ]+ is full: the embedded PostgreSQL could not start \([^)]*(N|n)o space left on device[^)]*\); free space there and start again"/,
-    )
-    await disk.free()
-    const again = await startOnce(dataDir, listening)
-    assert.equal(again.code, 0, again.out)
+    // The first start (no database yet), then a later one (the database made by the first).
+    for (const what of [
+      'the embedded database could not be initialised, and nothing of it was kept',
+      'the embedded PostgreSQL could not start',
+    ]) {
+      await disk.fill()
+      const refused = await startOnce(dataDir)
+      assert.equal(refused.code, 1)
+      const said = String(
+        refused.out
+          .split('\n')
+          .filter((l) => l.startsWith('{'))
+          .map((l) => JSON.parse(l) as { message: string })
+          .find((l) => l.message.startsWith('the service did not start: '))?.message ?? refused.out,
+      ).replace('the service did not start: ', '')
+      assert.ok(said.startsWith(`the disk of ${disk.dir}/data is full: ${what} (`), said)
+      assert.match(said, /[Nn]o space left on device[^)]*\); free space there and start again$/)
+      await disk.free()
+      const started = await startOnce(dataDir)
+      assert.equal(started.code, 0, started.out)
+    }
   })
 })

@@ -7,7 +7,7 @@ import postgres from 'postgres'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, createTestDatabase } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
-import { startServiceProcess, tokenFor } from '../helpers/process.ts'
+import { isRunning, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
 import { within } from '../helpers/wait.ts'
 
@@ -85,14 +85,7 @@ describe('durability under kill -9', () => {
     await drive.stop()
     assert.ok(drive.acknowledged.length > 100)
     // Its watch stops the embedded PostgreSQL (fast shutdown) once the service is gone.
-    await within(10_000, async () => {
-      try {
-        process.kill(postmaster, 0)
-        return false
-      } catch {
-        return true
-      }
-    })
+    await within(10_000, async () => !isRunning(postmaster))
 
     const second = await startServiceProcess('node', {}, tmp, dir)
     const port = (await readFile(join(dir, '.data', 'postgres', 'postmaster.pid'), 'utf8')).split(

@@ -103,3 +103,13 @@ export function connectionsTo(pid: number, port: number): number {
   }
   return count
 }
+
+/** Whether process `pid` runs (signal 0 reaches it). */
+export function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
