@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { freePort } from '../src/db/start/embedded.ts'
 import { projectDir } from './helpers/cli.ts'
+import { driveCreates } from './helpers/drive.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
@@ -138,5 +139,43 @@ describe('the metrics, read by the real Prometheus tools', () => {
       return fired.length > 0
     })
     assert.deepEqual(fired, [soon])
+  })
+
+  test('every query of the Grafana dashboard (ops/grafana) returns data from a real Prometheus that scraped the service under load', {
+    skip,
+  }, async () => {
+    assert.ok(present, `CI needs ${prometheus} (apt-get install prometheus)`)
+    const s = await startTestServer({ after })
+    const { createToken } = await import('../src/auth/token-repository.ts')
+    await createToken(s.db.sql, `dashboard-${uniqueId()}`, new Date(Date.now() + 30 * 86_400_000))
+    await s.tokens.reload()
+    const dashboard = JSON.parse(
+      readFileSync(join(projectDir, 'ops', 'grafana', 'plant-store.dashboard.json'), 'utf8'),
+    ) as { panels: { title: string; targets: { expr: string }[] }[] }
+    // Grafana's variables, as it would fill them in for this scrape (every 1 s).
+    const queries = dashboard.panels.flatMap((p) =>
+      p.targets.map((t) => ({
+        panel: p.title,
+        promql: t.expr.replaceAll('$job', 'plant-store').replaceAll('$__rate_interval', '30s'),
+      })),
+    )
+    assert.ok(queries.length >= 12)
+    const { query } = await startPrometheus(new URL(s.base).host)
+    const drive = driveCreates(s.base, s.token, { concurrency: 8, pauseMs: 2 })
+    const empty = new Set(queries.map((q) => q.promql))
+    try {
+      await within(45_000, async () => {
+        for (const q of [...empty]) {
+          const answer = await query(q)
+          assert.equal(answer.status, 'success', q)
+          if (answer.data.result.length > 0) empty.delete(q)
+        }
+        return empty.size === 0
+      })
+    } catch {
+      assert.deepEqual([...empty], [], 'queries that returned no data')
+    } finally {
+      await drive.stop()
+    }
   })
 })
