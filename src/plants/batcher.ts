@@ -191,8 +191,9 @@ export function createBatcher<I, O>(
         pause = pauseAfterFailure(slot)
         return
       }
-      if (isUnavailable(err) || batch.length === 1) {
-        if (isUnavailable(err)) refused(batch.length, err)
+      const unavailable = isUnavailable(err)
+      if (unavailable || batch.length === 1) {
+        if (unavailable) refused(batch.length, err)
         for (const p of batch) waiting.fail(p, err)
         return
       }

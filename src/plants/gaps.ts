@@ -104,10 +104,14 @@ export function gapHooks(
     }
   }
 
-  /** The gap open now, opened by a failure (`reason`) if none is. */
-  function failure(reason: string, err: unknown, begins: string): Gap {
+  /**
+   * The gap open now, opened by a failure if none is: `reason`, or for a statement refused at
+   * once (no resend reason), `disk_full` or `refused`.
+   */
+  function failure(resend: ResendReason | undefined, err: unknown, begins: string): Gap {
     const now = performance.now()
     const diskMessage = diskFullMessage(err)
+    const reason = resend ?? (diskMessage === undefined ? 'refused' : 'disk_full')
     if (gap === undefined) {
       gap = {
         began: now,
@@ -161,7 +165,7 @@ export function gapHooks(
       },
       refused(items, err) {
         const open = failure(
-          diskFullMessage(err) === undefined ? 'refused' : 'disk_full',
+          undefined,
           err,
           `the database refuses creates${suffix()}: answering them 503 with Retry-After`,
         )

@@ -152,14 +152,13 @@ export function cannotUse(config: Config, db: EmbeddedDatabase, err: unknown): E
   const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
   // The driver's error, under whatever wrapped it on the way (a connect failure, the URL's).
   let cause: unknown = err
-  while (
-    diskFullMessage(cause) === undefined &&
-    cause instanceof Error &&
-    cause.cause !== undefined
-  )
+  let full = diskFullMessage(cause)
+  while (full === undefined && cause instanceof Error && cause.cause !== undefined) {
     cause = cause.cause
+    full = diskFullMessage(cause)
+  }
   const why =
-    diskFullMessage(cause) === undefined
+    full === undefined
       ? describeError(err)
       : `its disk is full (PostgreSQL says "${describeError(err)}"); free space on the database server and start again`
   return new Error(`cannot use the database at ${describeDatabase(failed)}: ${why}`, {
