@@ -4,11 +4,11 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { projectDir } from './helpers/cli.ts'
+import { promtool } from './helpers/prometheus.ts'
 import { startTestServer } from './helpers/server.ts'
 
 // The alerting rules that ship in ops/prometheus/, checked and unit-tested by Debian's promtool.
 // Outside CI a machine without it skips; in CI its absence is a failure (.ci/run installs it).
-const promtool = process.env.PROMTOOL_PATH || '/usr/bin/promtool'
 const skip = !existsSync(promtool) && !process.env.CI ? `no promtool at ${promtool}` : false
 const rulesDir = join(projectDir, 'ops', 'prometheus')
 const rules = join(rulesDir, 'plant-store.rules.yml')

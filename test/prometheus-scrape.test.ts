@@ -1,20 +1,16 @@
 import assert from 'node:assert/strict'
-import { spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { freePort } from '../src/db/start/embedded.ts'
 import { projectDir } from './helpers/cli.ts'
 import { driveCreates } from './helpers/drive.ts'
+import { prometheus, promtool, startPrometheus } from './helpers/prometheus.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
-import { tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
 
 // Debian's prometheus package ships both. Outside CI a machine without them skips these tests;
 // in CI their absence is a failure (.ci/run installs them).
-const prometheus = process.env.PROMETHEUS_PATH || '/usr/bin/prometheus'
-const promtool = process.env.PROMTOOL_PATH || '/usr/bin/promtool'
 const present = existsSync(prometheus) && existsSync(promtool)
 const skip = !present && !process.env.CI ? `no Prometheus at ${prometheus}` : false
 
@@ -26,60 +22,6 @@ const readmeQueries = [
 
 /** The README's alert: a token that expires within 14 days (or expired, and is not revoked). */
 const readmeAlert = '(plant_store_token_expiry_timestamp_seconds - time()) < 14 * 86400'
-
-type QueryResult = {
-  status: string
-  data: { result: { metric: Record<string, string>; value: [number, string] }[] }
-}
-
-/** A real Prometheus scraping `target` every second, stopped after the test file. */
-async function startPrometheus(
-  target: string,
-): Promise<{ query: (promql: string) => Promise<QueryResult> }> {
-  const { dir, ...tmp } = await tempDir({ after }, 'plant-store-prometheus-')
-  await writeFile(
-    join(dir, 'prometheus.yml'),
-    [
-      'global: { scrape_interval: 1s, evaluation_interval: 1s }',
-      'scrape_configs:',
-      '  - job_name: plant-store',
-      `    static_configs: [{ targets: ["${target}"] }]`,
-      '',
-    ].join('\n'),
-  )
-  const port = await freePort()
-  const server = spawn(
-    prometheus,
-    [
-      `--config.file=${join(dir, 'prometheus.yml')}`,
-      `--storage.tsdb.path=${join(dir, 'data')}`,
-      `--web.listen-address=127.0.0.1:${port}`,
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  )
-  let log = ''
-  server.stderr.on('data', (c: Buffer) => {
-    log += c.toString()
-  })
-  const exited = new Promise((r) => server.on('exit', r))
-  tmp.after(async () => {
-    server.kill('SIGTERM')
-    await exited
-  })
-  const api = `http://127.0.0.1:${port}`
-  const query = async (promql: string) => {
-    const res = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(promql)}`)
-    return (await res.json()) as QueryResult
-  }
-  await within(
-    30_000,
-    async () => (await fetch(`${api}/-/ready`).catch(() => undefined))?.ok === true,
-  ).catch(() => {
-    throw new Error(`Prometheus did not become ready: ${log.slice(-2000)}`)
-  })
-
-  return { query }
-}
 
 describe('the metrics, read by the real Prometheus tools', () => {
   test('the exposition passes promtool check metrics', { skip }, async () => {
@@ -98,7 +40,7 @@ describe('the metrics, read by the real Prometheus tools', () => {
   }, async () => {
     assert.ok(present, `CI needs ${prometheus} (apt-get install prometheus)`)
     const s = await startTestServer({ after })
-    const { query } = await startPrometheus(new URL(s.base).host)
+    const { query } = await startPrometheus(new URL(s.base).host, { after })
 
     const creates = 7
     for (let i = 0; i < creates; i++)
@@ -132,7 +74,7 @@ describe('the metrics, read by the real Prometheus tools', () => {
         .replace(/\s+/g, ' ')
         .includes(readmeAlert),
     )
-    const { query } = await startPrometheus(new URL(s.base).host)
+    const { query } = await startPrometheus(new URL(s.base).host, { after })
     let fired: string[] = []
     await within(30_000, async () => {
       fired = (await query(readmeAlert)).data.result.map((r) => r.metric.token ?? '')
@@ -160,7 +102,7 @@ describe('the metrics, read by the real Prometheus tools', () => {
       })),
     )
     assert.ok(queries.length >= 12)
-    const { query } = await startPrometheus(new URL(s.base).host)
+    const { query } = await startPrometheus(new URL(s.base).host, { after })
     const drive = driveCreates(s.base, s.token, { concurrency: 8, pauseMs: 2 })
     const empty = new Set(queries.map((q) => q.promql))
     try {
