@@ -14,6 +14,7 @@ import { buildOpenApiDocument } from './openapi/document.ts'
 import { createDocsRoutes } from './openapi/reference-page.ts'
 import { createPlantHandler } from './plants/create-plant.ts'
 import type { PlantStore } from './plants/store.ts'
+import type { Spans } from './tracing/spans.ts'
 
 /** The settings the HTTP application reads. */
 export type AppSettings = Pick<
@@ -36,6 +37,8 @@ export type AppDeps = {
   readonly citusWorker?: boolean
   /** Why the instance is leaving (SIGTERM), once it is: `/readyz` 503, `Connection: close`. */
   readonly leaving?: () => string | undefined
+  /** A span per request and per statement (OTEL_EXPORTER_OTLP_ENDPOINT). */
+  readonly spans?: Spans | undefined
 }
 
 /** `GET /metrics`, when metrics are on. */
@@ -69,6 +72,7 @@ export function createApp({
   metricsRoute,
   citusWorker = false,
   leaving = () => undefined,
+  spans,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({
@@ -115,6 +119,7 @@ export function createApp({
     log,
     metrics,
     traceContext: settings.traceContext,
+    spans,
     maxConnections: settings.maxConnections,
     trustedProxies: settings.trustedProxies,
     leaving: () => leaving() !== undefined,

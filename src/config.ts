@@ -109,6 +109,77 @@ const ownPort = v.pipe(
   v.maxValue(65535, 'must be an integer from 1 to 65535'),
 )
 
+/** A URL of an OTLP/HTTP receiver: http or https. */
+const otlpUrl = v.pipe(
+  v.string(),
+  v.check(
+    (s) => URL.canParse(s) && /^https?:$/.test(new URL(s).protocol),
+    'must be an http:// or https:// URL',
+  ),
+)
+
+const otlpProtocol = v.picklist(
+  ['http/protobuf', 'http/json'],
+  'must be http/protobuf or http/json (grpc is not supported)',
+)
+
+/** The OpenTelemetry specification's samplers, less those that need a remote service. */
+export const samplers = [
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+  'always_on',
+  'always_off',
+  'traceidratio',
+] as const
+
+/** A number from 0 to 1 (a sampling ratio). */
+const ratio = v.pipe(
+  v.string(),
+  v.regex(/^(?:0(?:\.\d+)?|1(?:\.0+)?|\.\d+)$/, 'must be a number from 0 to 1'),
+  v.transform(Number),
+)
+
+/** A whole number of milliseconds (or items) from `least` to `most`. */
+function wholeNumber(least: number, most: number) {
+  const message = `must be an integer from ${least} to ${most}`
+  return v.pipe(
+    v.string(),
+    v.regex(/^\d{1,9}$/, message),
+    v.transform(Number),
+    v.minValue(least, message),
+    v.maxValue(most, message),
+  )
+}
+
+/**
+ * `key=value,…` as the OpenTelemetry specification writes resource attributes and headers: the
+ * values (and keys) percent-encoded, spaces around each pair ignored.
+ */
+export function keyValueList(text: string): Record<string, string> | undefined {
+  const out: Record<string, string> = {}
+  for (const pair of text.split(',')) {
+    if (pair.trim() === '') continue
+    const at = pair.indexOf('=')
+    if (at <= 0) return undefined
+    try {
+      const key = decodeURIComponent(pair.slice(0, at).trim())
+      if (key === '') return undefined
+      out[key] = decodeURIComponent(pair.slice(at + 1).trim())
+    } catch {
+      return undefined
+    }
+  }
+  return out
+}
+
+const keyValues = v.pipe(
+  v.string(),
+  v.transform(keyValueList),
+  v.check((r) => r !== undefined, 'must be key=value pairs separated by commas, percent-encoded'),
+  v.transform((r) => r ?? {}),
+)
+
 /**
  * Every environment variable, declared once: the Config key it sets, how it is parsed, its
  * default (`undefined`: none; `unset` says what that means, `why` explains a default), and the
@@ -178,6 +249,120 @@ export const variables = {
     schema: onOff,
     default: 'on',
     meaning: `\`on\`: keep or start a W3C trace context per request (\`traceparent\`); \`off\`: none`,
+  },
+  OTEL_EXPORTER_OTLP_ENDPOINT: {
+    key: 'otlpEndpoint',
+    schema: v.optional(otlpUrl),
+    default: undefined,
+    unset: `no spans exported, and the OpenTelemetry SDK not loaded (unless \`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT\` is set)`,
+    meaning: `base URL of an OTLP/HTTP receiver (an OpenTelemetry collector, say \`http://collector:4318\`): a span per request and one per insert statement go to its \`/v1/traces\` ([Spans](docs/observability.md#spans))`,
+  },
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: {
+    key: 'otlpTracesEndpoint',
+    schema: v.optional(otlpUrl),
+    default: undefined,
+    unset: `\`OTEL_EXPORTER_OTLP_ENDPOINT\` and \`/v1/traces\``,
+    meaning: `the full URL spans are sent to; wins over \`OTEL_EXPORTER_OTLP_ENDPOINT\``,
+  },
+  OTEL_EXPORTER_OTLP_PROTOCOL: {
+    key: 'otlpProtocol',
+    schema: otlpProtocol,
+    default: 'http/protobuf',
+    meaning: `\`http/protobuf\` or \`http/json\` (\`grpc\` is not supported)`,
+  },
+  OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: {
+    key: 'otlpTracesProtocol',
+    schema: v.optional(otlpProtocol),
+    default: undefined,
+    unset: `\`OTEL_EXPORTER_OTLP_PROTOCOL\``,
+    meaning: `the protocol of spans; wins over \`OTEL_EXPORTER_OTLP_PROTOCOL\``,
+  },
+  OTEL_EXPORTER_OTLP_HEADERS: {
+    key: 'otlpHeaders',
+    schema: v.optional(keyValues),
+    default: undefined,
+    unset: `none`,
+    meaning: `headers sent with every export, \`key=value,…\` percent-encoded (an API key, say; never logged)`,
+  },
+  OTEL_EXPORTER_OTLP_TIMEOUT: {
+    key: 'otlpTimeout',
+    schema: wholeNumber(1, 600_000),
+    default: '10000',
+    meaning: `milliseconds an export may take before it counts as failed`,
+  },
+  OTEL_EXPORTER_OTLP_COMPRESSION: {
+    key: 'otlpCompression',
+    schema: v.picklist(['gzip', 'none'], 'must be gzip or none'),
+    default: 'none',
+    meaning: `\`gzip\` or \`none\`: how each export's body is compressed`,
+  },
+  OTEL_TRACES_EXPORTER: {
+    key: 'tracesExporter',
+    schema: v.picklist(['otlp', 'none'], 'must be otlp or none'),
+    default: 'otlp',
+    meaning: `\`otlp\`, or \`none\`: no spans, whatever the endpoint`,
+  },
+  OTEL_SDK_DISABLED: {
+    key: 'otelSdkDisabled',
+    schema: v.pipe(
+      v.string(),
+      v.transform((s) => s.toLowerCase()),
+      v.picklist(['true', 'false'], 'must be true or false'),
+      v.transform((s) => s === 'true'),
+    ),
+    default: 'false',
+    meaning: `\`true\`: no spans, whatever the endpoint`,
+  },
+  OTEL_SERVICE_NAME: {
+    key: 'otelServiceName',
+    schema: v.optional(v.pipe(v.string(), v.maxLength(255, 'must be at most 255 characters'))),
+    default: undefined,
+    unset: `\`service.name\` of \`OTEL_RESOURCE_ATTRIBUTES\`, else \`plant-store\``,
+    meaning: `the \`service.name\` of the spans' resource`,
+  },
+  OTEL_RESOURCE_ATTRIBUTES: {
+    key: 'otelResourceAttributes',
+    schema: v.optional(keyValues),
+    default: undefined,
+    unset: `only what the service sets: \`service.name\`, \`service.version\`, \`service.instance.id\`, \`telemetry.sdk.*\``,
+    meaning: `attributes of the spans' resource, \`key=value,…\` percent-encoded (\`deployment.environment.name=prod\`, say); they win over the service's own`,
+  },
+  OTEL_TRACES_SAMPLER: {
+    key: 'tracesSampler',
+    schema: v.picklist(samplers, `must be one of ${samplers.join(', ')}`),
+    default: 'parentbased_always_on',
+    meaning: `which requests' traces are recorded: ${samplers.map((s) => `\`${s}\``).join(', ')}; \`parentbased_*\` follow the caller's \`traceparent\` flag when there is one`,
+  },
+  OTEL_TRACES_SAMPLER_ARG: {
+    key: 'tracesSamplerArg',
+    schema: v.optional(ratio),
+    default: undefined,
+    unset: `1 for the \`traceidratio\` samplers`,
+    meaning: `the share of traces (0 to 1) the \`traceidratio\` samplers record; ignored by the others`,
+  },
+  OTEL_BSP_SCHEDULE_DELAY: {
+    key: 'bspScheduleDelay',
+    schema: wholeNumber(0, 600_000),
+    default: '5000',
+    meaning: `milliseconds finished spans wait before they are sent (sooner once \`OTEL_BSP_MAX_EXPORT_BATCH_SIZE\` are waiting)`,
+  },
+  OTEL_BSP_EXPORT_TIMEOUT: {
+    key: 'bspExportTimeout',
+    schema: wholeNumber(1, 600_000),
+    default: '30000',
+    meaning: `milliseconds an export of spans may take in all, before the next may start`,
+  },
+  OTEL_BSP_MAX_QUEUE_SIZE: {
+    key: 'bspMaxQueueSize',
+    schema: wholeNumber(1, 1_000_000),
+    default: '2048',
+    meaning: `finished spans kept while they wait to be sent; beyond, a span is dropped and counted (\`plant_store_spans_dropped_total\`), never waited for`,
+  },
+  OTEL_BSP_MAX_EXPORT_BATCH_SIZE: {
+    key: 'bspMaxExportBatchSize',
+    schema: wholeNumber(1, 1_000_000),
+    default: '512',
+    meaning: `spans sent in one export at most (at most \`OTEL_BSP_MAX_QUEUE_SIZE\`)`,
   },
   WORKERS: {
     key: 'workers',
@@ -251,13 +436,80 @@ type ProcessEnvironment = {
   readonly appRolePassword: string | undefined
 }
 
+/** Where and how spans are exported (the `OTEL_*` variables), when they are. */
+export type SpanSettings = {
+  /** The URL spans are posted to. */
+  readonly url: string
+  readonly protocol: 'http/protobuf' | 'http/json'
+  readonly headers: Readonly<Record<string, string>>
+  readonly timeoutMs: number
+  readonly compression: 'gzip' | 'none'
+  /** `service.name`: OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES', else `plant-store`. */
+  readonly serviceName: string
+  readonly resourceAttributes: Readonly<Record<string, string>>
+  readonly sampler: (typeof samplers)[number]
+  /** The `traceidratio` samplers' share of traces. */
+  readonly ratio: number
+  readonly batch: {
+    readonly scheduledDelayMillis: number
+    readonly exportTimeoutMillis: number
+    readonly maxQueueSize: number
+    readonly maxExportBatchSize: number
+  }
+}
+
 /**
  * The validated, frozen settings of one process, one key per variable (`variables`), and what
  * else it reads from its environment. Only `parseConfig` reads the environment.
  */
 export type Config = {
   readonly [N in keyof Variables as Variables[N]['key']]: v.InferOutput<Variables[N]['schema']>
-} & ProcessEnvironment
+} & ProcessEnvironment & {
+    /** Spans are exported (an OTLP endpoint is set, and neither the SDK nor exporter is off). */
+    readonly spans: SpanSettings | undefined
+  }
+
+type Parsed = v.InferOutput<typeof EnvSchema>
+
+/**
+ * The span settings, read as the OpenTelemetry specification reads them: the traces endpoint as
+ * it is, else the endpoint with `v1/traces` appended; the traces protocol, else the protocol.
+ */
+function spanSettings(out: Parsed): SpanSettings | undefined {
+  const endpoint = out.OTEL_EXPORTER_OTLP_ENDPOINT
+  const url =
+    out.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
+    (endpoint === undefined ? undefined : `${endpoint.replace(/\/?$/, '/')}v1/traces`)
+  if (url === undefined || out.OTEL_SDK_DISABLED || out.OTEL_TRACES_EXPORTER === 'none')
+    return undefined
+  if (!out.TRACE_CONTEXT)
+    throw new ConfigError(
+      'invalid setting TRACE_CONTEXT="off": spans need the trace context; unset OTEL_EXPORTER_OTLP_ENDPOINT (or set OTEL_TRACES_EXPORTER=none) to export none',
+    )
+  const batch = {
+    scheduledDelayMillis: out.OTEL_BSP_SCHEDULE_DELAY,
+    exportTimeoutMillis: out.OTEL_BSP_EXPORT_TIMEOUT,
+    maxQueueSize: out.OTEL_BSP_MAX_QUEUE_SIZE,
+    maxExportBatchSize: out.OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+  }
+  if (batch.maxExportBatchSize > batch.maxQueueSize)
+    throw new ConfigError(
+      `invalid setting OTEL_BSP_MAX_EXPORT_BATCH_SIZE="${batch.maxExportBatchSize}": must be at most OTEL_BSP_MAX_QUEUE_SIZE (${batch.maxQueueSize})`,
+    )
+  const resourceAttributes = out.OTEL_RESOURCE_ATTRIBUTES ?? {}
+  return Object.freeze({
+    url,
+    protocol: out.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? out.OTEL_EXPORTER_OTLP_PROTOCOL,
+    headers: out.OTEL_EXPORTER_OTLP_HEADERS ?? {},
+    timeoutMs: out.OTEL_EXPORTER_OTLP_TIMEOUT,
+    compression: out.OTEL_EXPORTER_OTLP_COMPRESSION,
+    serviceName: out.OTEL_SERVICE_NAME ?? resourceAttributes['service.name'] ?? 'plant-store',
+    resourceAttributes,
+    sampler: out.OTEL_TRACES_SAMPLER,
+    ratio: out.OTEL_TRACES_SAMPLER_ARG ?? 1,
+    batch,
+  })
+}
 
 /** Thrown by `parseConfig`; its message is one line naming every invalid variable. */
 export class ConfigError extends Error {
@@ -280,7 +532,9 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     const problems = result.issues.map((issue) => {
       const name = String(issue.path?.[0]?.key)
       // A database URL may hold a password: name it, never echo it.
-      const shown = name.endsWith('_URL') ? '' : `=${JSON.stringify(input[name])}`
+      // Headers may hold an API key: named, never echoed either.
+      const shown =
+        name.endsWith('_URL') || name.endsWith('_HEADERS') ? '' : `=${JSON.stringify(input[name])}`
       return `${name}${shown}: ${issue.message}`
     })
     throw new ConfigError(`invalid setting ${problems.join('; ')}`)
@@ -300,6 +554,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     nodeSchedulingPolicy: env.NODE_CLUSTER_SCHED_POLICY !== undefined,
     appRolePassword: env.APP_ROLE_PASSWORD || undefined,
   }
+  const spans = spanSettings(out)
   return Object.freeze({
     ...Object.fromEntries(
       Object.entries(variables).map(([name, variable]) => [
@@ -308,5 +563,6 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
       ]),
     ),
     ...environment,
+    spans,
   }) as Config
 }

@@ -152,6 +152,11 @@ export const limits = {
   drainDelay: 3_000,
   /** Requests in flight after the drain delay may always finish for this long: a deadline. */
   drainInFlight: 6_500,
+  /**
+   * At a stop, after the requests, the spans still waiting are sent for at most this long (a
+   * collector that does not answer must not hold the stop past `drain`); the rest is dropped.
+   */
+  spansAtStop: 500,
   /** Ranges of the settings that count things (MAX_CONNECTIONS, RATE_LIMIT, AUTH_FAILURE_LIMIT, WORKERS). */
   settings: {
     /** The largest count a counting setting takes. */

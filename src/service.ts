@@ -11,6 +11,7 @@ import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
 import { followWritePath } from './plants/citus.ts'
 import { type BatchLimits, openPlantStore, type PlantStore } from './plants/store.ts'
+import { startSpans } from './tracing/spans.ts'
 import { warmBeforeServing } from './warm-up.ts'
 
 /** A running service. */
@@ -90,6 +91,8 @@ export async function startService(
     held.add(db.stop)
     goOn()
     const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
+    const spans = await startSpans(config.spans, log)
+    if (spans) held.add(() => spans.shutdown(limits.spansAtStop))
     const url = connectTo ? connectTo(db.url) : db.url
 
     // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
@@ -143,6 +146,7 @@ export async function startService(
       statementRan: metrics.statementRan,
       gapMetrics: metrics,
       writePath: writePath.current,
+      spans,
       citus:
         primaries && session.citusGroup !== undefined
           ? { group: session.citusGroup, primaries }
@@ -161,6 +165,7 @@ export async function startService(
         tokenUsed: tokens.used,
         log,
         metrics,
+        spans,
         citusWorker: session.citusWorker,
       },
       config,

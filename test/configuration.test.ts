@@ -5,6 +5,28 @@ import { ConfigError, connectionsForFileLimit, parseConfig } from '../src/config
 import { describeDatabase, hostUrls } from '../src/db/reach/url.ts'
 import { runMain } from './helpers/cli.ts'
 
+// The OTEL_* settings unset: no spans.
+const spanDefaults = {
+  otlpEndpoint: undefined,
+  otlpTracesEndpoint: undefined,
+  otlpProtocol: 'http/protobuf',
+  otlpTracesProtocol: undefined,
+  otlpHeaders: undefined,
+  otlpTimeout: 10_000,
+  otlpCompression: 'none',
+  tracesExporter: 'otlp',
+  otelSdkDisabled: false,
+  otelServiceName: undefined,
+  otelResourceAttributes: undefined,
+  tracesSampler: 'parentbased_always_on',
+  tracesSamplerArg: undefined,
+  bspScheduleDelay: 5000,
+  bspExportTimeout: 30_000,
+  bspMaxQueueSize: 2048,
+  bspMaxExportBatchSize: 512,
+  spans: undefined,
+}
+
 describe('configuration', () => {
   test('defaults: embedded database, port 8080, 127.0.0.1, info, metrics and trace context on, one process, a 3-s drain delay', () => {
     assert.deepEqual(
@@ -29,6 +51,7 @@ describe('configuration', () => {
         drainDelay: 3000,
         nodeSchedulingPolicy: false,
         appRolePassword: undefined,
+        ...spanDefaults,
       },
     )
   })
@@ -104,6 +127,7 @@ describe('configuration', () => {
         drainDelay: 1500,
         nodeSchedulingPolicy: true,
         appRolePassword: 'p4ss',
+        ...spanDefaults,
       },
     )
     assert.ok(Object.isFrozen(config))
@@ -147,6 +171,25 @@ describe('configuration', () => {
     ['DRAIN_DELAY', '-1'],
     ['DRAIN_DELAY', '2s'],
     ['DRAIN_DELAY', '0.0001'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
+    ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'not a url'],
+    ['OTEL_EXPORTER_OTLP_PROTOCOL', 'grpc'],
+    ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'http/xml'],
+    ['OTEL_EXPORTER_OTLP_HEADERS', 'no-equals-sign'],
+    ['OTEL_EXPORTER_OTLP_HEADERS', 'k=%zz'],
+    ['OTEL_EXPORTER_OTLP_TIMEOUT', '0'],
+    ['OTEL_EXPORTER_OTLP_TIMEOUT', '10s'],
+    ['OTEL_EXPORTER_OTLP_COMPRESSION', 'zstd'],
+    ['OTEL_TRACES_EXPORTER', 'jaeger'],
+    ['OTEL_SDK_DISABLED', 'yes'],
+    ['OTEL_RESOURCE_ATTRIBUTES', '=value'],
+    ['OTEL_TRACES_SAMPLER', 'jaeger_remote'],
+    ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
+    ['OTEL_TRACES_SAMPLER_ARG', '-0.1'],
+    ['OTEL_TRACES_SAMPLER_ARG', 'half'],
+    ['OTEL_BSP_SCHEDULE_DELAY', '-1'],
+    ['OTEL_BSP_MAX_QUEUE_SIZE', '0'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(
@@ -197,6 +240,81 @@ describe('configuration', () => {
         /PORT/.test(err.message) &&
         /LOG_LEVEL/.test(err.message) &&
         /DATABASE_URL/.test(err.message) &&
+        !err.message.includes('s3cret'),
+    )
+  })
+
+  test('the OTEL_* settings are read as the OpenTelemetry specification reads them: the traces endpoint as it is, else the endpoint with v1/traces; the traces protocol first; service.name from OTEL_SERVICE_NAME, else the resource attributes, else plant-store', () => {
+    const base = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }
+    assert.equal(parseConfig(base).spans?.url, 'http://collector:4318/v1/traces')
+    assert.equal(
+      parseConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'https://c.example/otlp/' }).spans?.url,
+      'https://c.example/otlp/v1/traces',
+    )
+    assert.equal(
+      parseConfig({ ...base, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://other:4318/spans' }).spans
+        ?.url,
+      'http://other:4318/spans',
+    )
+    assert.equal(parseConfig(base).spans?.protocol, 'http/protobuf')
+    assert.equal(
+      parseConfig({
+        ...base,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+      }).spans?.protocol,
+      'http/json',
+    )
+    assert.equal(parseConfig(base).spans?.serviceName, 'plant-store')
+    const named = parseConfig({
+      ...base,
+      OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attributes,k=a%20b',
+    }).spans
+    assert.equal(named?.serviceName, 'from-attributes')
+    assert.deepEqual(named?.resourceAttributes, { 'service.name': 'from-attributes', k: 'a b' })
+    assert.equal(
+      parseConfig({
+        ...base,
+        OTEL_SERVICE_NAME: 'own',
+        OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attributes',
+      }).spans?.serviceName,
+      'own',
+    )
+    const sampled = parseConfig({
+      ...base,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.25',
+    }).spans
+    assert.equal(sampled?.sampler, 'parentbased_traceidratio')
+    assert.equal(sampled?.ratio, 0.25)
+    assert.equal(parseConfig(base).spans?.ratio, 1)
+    assert.deepEqual(
+      parseConfig({ ...base, OTEL_EXPORTER_OTLP_HEADERS: 'api-key=a%3Db, x = y ' }).spans?.headers,
+      { 'api-key': 'a=b', x: 'y' },
+    )
+    // No spans: no endpoint, the SDK disabled, or no exporter.
+    assert.equal(parseConfig({}).spans, undefined)
+    assert.equal(parseConfig({ ...base, OTEL_SDK_DISABLED: 'TRUE' }).spans, undefined)
+    assert.equal(parseConfig({ ...base, OTEL_TRACES_EXPORTER: 'none' }).spans, undefined)
+  })
+
+  test('spans need the trace context, and an export batch fits the queue: either refused naming the variable; headers are never echoed', () => {
+    const base = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }
+    assert.throws(
+      () => parseConfig({ ...base, TRACE_CONTEXT: 'off' }),
+      (err: Error) => err instanceof ConfigError && /TRACE_CONTEXT/.test(err.message),
+    )
+    assert.equal(parseConfig({ TRACE_CONTEXT: 'off' }).spans, undefined)
+    assert.throws(
+      () => parseConfig({ ...base, OTEL_BSP_MAX_QUEUE_SIZE: '100' }),
+      (err: Error) =>
+        err instanceof ConfigError && /OTEL_BSP_MAX_EXPORT_BATCH_SIZE/.test(err.message),
+    )
+    assert.throws(
+      () => parseConfig({ ...base, OTEL_EXPORTER_OTLP_HEADERS: 's3cret' }),
+      (err: Error) =>
+        err instanceof ConfigError &&
+        /OTEL_EXPORTER_OTLP_HEADERS/.test(err.message) &&
         !err.message.includes('s3cret'),
     )
   })

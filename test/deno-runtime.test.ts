@@ -2,7 +2,9 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { runMain } from './helpers/cli.ts'
 import { createTestDatabase } from './helpers/database.ts'
+import { startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
+import { within } from './helpers/wait.ts'
 
 describe('the same service under Deno 2 (deno task start)', () => {
   test('creates, retries, refuses 40005, 40009 and 401, serves /docs, /metrics and traceparent, then stops cleanly on SIGTERM', async () => {
@@ -59,6 +61,54 @@ describe('the same service under Deno 2 (deno task start)', () => {
     assert.equal(await service.exited, 0)
     assert.ok(service.lines.some((l) => l.message === 'stopped'))
   })
+
+  for (const protocol of ['http/protobuf', 'http/json'])
+    test(`spans over OTLP (${protocol}) under Deno: a create's request span continues the caller's trace, its statement's span links it, and the rest are sent at SIGTERM`, async () => {
+      const db = await createTestDatabase({ after })
+      const receiver = await startOtlpReceiver({ after })
+      const service = await startServiceProcess(
+        'deno',
+        {
+          DATABASE_URL: db.url,
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+          OTEL_EXPORTER_OTLP_PROTOCOL: protocol,
+          OTEL_BSP_SCHEDULE_DELAY: '50',
+        },
+        { after },
+      )
+      const token = await tokenFor(db.sql, service.base, 'deno-spans')
+      const caller = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'
+      const created = await fetch(`${service.base}/plants`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          traceparent: caller,
+        },
+        body: '{"id":1,"name":"Traced fern"}',
+      })
+      assert.equal(created.status, 200)
+      const spanId = (created.headers.get('traceparent') ?? '').split('-')[2]
+      await within(10_000, async () => receiver.spans().some((s) => s.spanId === spanId))
+      const request = receiver.spans().find((s) => s.spanId === spanId)
+      assert.equal(request?.traceId, '4bf92f3577b34da6a3ce929d0e0e4736')
+      assert.equal(request?.parentSpanId, '00f067aa0ba902b7')
+      assert.equal(request?.name, 'POST /plants')
+      await within(10_000, async () =>
+        receiver.spans().some((s) => s.links.some((l) => l.spanId === spanId)),
+      )
+      service.child.kill('SIGTERM')
+      assert.equal(await service.exited, 0)
+      assert.ok(receiver.exports.length > 0)
+      assert.ok(
+        receiver.exports.every((e) =>
+          e.contentType.startsWith(
+            protocol === 'http/json' ? 'application/json' : 'application/x-protobuf',
+          ),
+        ),
+      )
+      assert.equal(receiver.spans()[0]?.resource['service.name'], 'plant-store')
+    })
 
   test('WORKERS=2 under Deno stops at start with one line: node:cluster is Node-only', async () => {
     const db = await createTestDatabase({ after })

@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
+import type { Spans } from '../tracing/spans.ts'
 import { contentAnswer, jsonAnswer } from './answer.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
@@ -28,6 +29,8 @@ export type HttpOptions = {
   readonly metrics?: Pick<Metrics, 'requestAnswered' | 'unavailable'>
   /** Keep or start a W3C trace context per request (default true). */
   readonly traceContext?: boolean
+  /** Export a span per request (OTEL_EXPORTER_OTLP_ENDPOINT); needs `traceContext`. */
+  readonly spans?: Spans | undefined
   /** Open connections at most; more are closed as soon as they are accepted. */
   readonly maxConnections?: number | undefined
   /** Proxies whose `X-Forwarded-For` names the client (TRUSTED_PROXIES). */
@@ -71,11 +74,20 @@ export function createHttpServer({
   log,
   metrics = noMetrics,
   traceContext = true,
+  spans,
   maxConnections,
   trustedProxies = new Set(),
   leaving = () => false,
 }: HttpOptions): Server {
-  const requests: RequestHandling = { route, log, metrics, traceContext, trustedProxies, leaving }
+  const requests: RequestHandling = {
+    route,
+    log,
+    metrics,
+    traceContext,
+    spans,
+    trustedProxies,
+    leaving,
+  }
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
     conn.answering = res
@@ -189,7 +201,8 @@ export function createHttpServer({
 /** What handling a request needs from the server's options, its defaults applied. */
 type RequestHandling = Required<
   Pick<HttpOptions, 'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies' | 'leaving'>
->
+> &
+  Pick<HttpOptions, 'spans'>
 
 /**
  * One request, start to end: the Host check, the request id, the route, the outcome (a throw
@@ -199,7 +212,7 @@ async function handle(
   req: IncomingMessage,
   res: ServerResponse,
   conn: Connection,
-  { route, log, metrics, traceContext, trustedProxies, leaving }: RequestHandling,
+  { route, log, metrics, traceContext, spans, trustedProxies, leaving }: RequestHandling,
 ): Promise<void> {
   const started = performance.now()
   // HTTP/1.1 requires Host (RFC 9112 §3.2); Node's own check is off (see createHttpServer).
@@ -233,7 +246,15 @@ async function handle(
   const q = url.indexOf('?')
   const path = q === -1 ? url : url.slice(0, q)
 
-  const trace = traceContext ? traceOf(req.headers.traceparent) : undefined
+  const span = spans?.request(req.headers.traceparent, {
+    method,
+    path,
+    client,
+    userAgent: req.headers['user-agent'],
+    httpVersion: req.httpVersion,
+    serverPort: req.socket.localPort,
+  })
+  const trace = span ? span.trace : traceContext ? traceOf(req.headers.traceparent) : undefined
 
   let outcome: Outcome
   // The route pattern, never the raw path: every unknown path is one label value.
@@ -247,6 +268,7 @@ async function handle(
       sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
       client,
       params,
+      trace,
     }
     outcome = typeof target === 'function' ? await target(req, ctx) : target
   } catch (err) {
@@ -276,6 +298,7 @@ async function handle(
 
   const ms = performance.now() - started
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)
+  span?.end(status, routeLabel, outcome.kind === 'failure' ? outcome.code : undefined)
   // A 503 is an episode's (a gap, a full disk, readiness, the instance leaving), whose own lines
   // are the warnings, with its counts: at LOG_LEVEL=warn, no line per request refused.
   const level = status >= 500 && status !== 503 ? 'error' : 'info'

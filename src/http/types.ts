@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { UnavailableReason } from '../outcome.ts'
 import type { Failure } from './errors.ts'
+import type { Trace } from './trace-context.ts'
 
 /** A successful answer: its status and JSON body. */
 export type Reply = {
@@ -56,6 +57,8 @@ export type RequestContext = {
   readonly client: string | undefined
   /** The `:name` segments of the route's pattern, decoded (router.ts). */
   readonly params: Readonly<Record<string, string>>
+  /** The request's trace context (undefined with TRACE_CONTEXT=off): a statement's span links it. */
+  readonly trace?: Trace | undefined
 }
 
 /** A route handler; it throws only for bugs and infrastructure faults. */

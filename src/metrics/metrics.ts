@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs'
 import {
   AggregatorRegistry,
   Counter,
@@ -12,6 +11,8 @@ import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
 import { droppedLogLines } from '../log.ts'
 import type { UnavailableReason } from '../outcome.ts'
+import { spanCounts } from '../tracing/spans.ts'
+import { serviceVersion as version } from '../version.ts'
 import { metricsOfAllWorkers, shared } from './cluster.ts'
 import { fastCounter, fastHistogram } from './fast-metric.ts'
 
@@ -77,12 +78,6 @@ function runtime(): { runtime: string; runtime_version: string } {
     ? { runtime: 'deno', runtime_version: deno.version.deno }
     : { runtime: 'node', runtime_version: process.versions.node }
 }
-
-const version = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
-    version: string
-  }
-).version
 
 /** A registry of its own with Node's default process metrics (event-loop lag, heap, GC, handles). */
 function serviceRegistry(clusterWorker: boolean): Registry {
@@ -224,6 +219,26 @@ function stateGauges(registers: Registry[], sources: () => MetricSources | undef
     collect() {
       this.reset()
       this.inc(droppedLogLines())
+    },
+  })
+  new Counter({
+    name: 'plant_store_spans_exported_total',
+    help: 'Spans handed to the OTLP collector in exports that succeeded (0 while OTEL_EXPORTER_OTLP_ENDPOINT is unset)',
+    registers,
+    collect() {
+      this.reset()
+      this.inc(spanCounts.exported)
+    },
+  })
+  new Counter({
+    name: 'plant_store_spans_dropped_total',
+    help: 'Spans dropped, by reason: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans were waiting to be sent), export_failed (the collector did not take them in time); requests never wait for the collector',
+    labelNames: ['reason'],
+    registers,
+    collect() {
+      this.reset()
+      this.inc({ reason: 'queue_full' }, spanCounts.queueFull)
+      this.inc({ reason: 'export_failed' }, spanCounts.exportFailed)
     },
   })
   new Gauge({

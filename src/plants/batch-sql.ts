@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import { type Failure, failure } from '../http/errors.ts'
+import type { Trace } from '../http/trace-context.ts'
 import { type Placement, splitByPlacement, type WriteShape } from './citus.ts'
 import type { NewPlant, Plant } from './schema.ts'
 
@@ -20,7 +21,12 @@ export type BatchPath = {
 }
 
 /** One create as the batch statement takes it. */
-export type NewRow = { readonly plant: NewPlant; readonly createdBy: string }
+export type NewRow = {
+  readonly plant: NewPlant
+  readonly createdBy: string
+  /** The trace of the request that sent it, which the statement's span links. */
+  readonly trace?: Trace | undefined
+}
 
 type Stored = { name: string; tag: string | null }
 

@@ -7,8 +7,10 @@ import {
   resendReason,
   translateUnavailable,
 } from '../db/reach/unavailable.ts'
+import type { Trace } from '../http/trace-context.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
+import type { DatabaseFacts, Spans } from '../tracing/spans.ts'
 import {
   type BatchPath,
   type CreateOutcome,
@@ -285,6 +287,32 @@ export function createBatcher<I, O>(
   })
 }
 
+/**
+ * `send` with a span per statement (`spans.statement`), linked to the requests of its rows; a
+ * statement none of whose requests is sampled runs without one.
+ */
+function spanned<O>(
+  send: (batch: readonly NewRow[], slot: number) => Promise<O>,
+  spans: Spans,
+  database: () => DatabaseFacts,
+): (batch: readonly NewRow[], slot: number) => Promise<O> {
+  return async (batch, slot) => {
+    const span = spans.statement(
+      batch.map((row) => row.trace),
+      { rows: batch.length, slot, database: database() },
+    )
+    if (span === undefined) return send(batch, slot)
+    try {
+      const outcomes = await send(batch, slot)
+      span.end()
+      return outcomes
+    } catch (err) {
+      span.end(err)
+      throw err
+    }
+  }
+}
+
 /** What `batchOnSlots` hears besides the batcher's hooks it answers itself. */
 export type SlotHooks = Omit<
   BatchHooks,
@@ -294,6 +322,8 @@ export type SlotHooks = Omit<
   readonly readOnly?: (sql: Sql) => void
   /** A slot's connection was cut loose: no answer for `ms`. */
   readonly cutLoose?: (slot: number, ms: number, sockets: number) => void
+  /** A span per statement (OTLP), and the database it names. */
+  readonly spans?: { readonly spans: Spans; readonly database: () => DatabaseFacts }
 }
 
 /**
@@ -309,7 +339,7 @@ export function batchOnSlots(
   slots: readonly StatementSlot[],
   limits: BatchLimits,
   path: () => BatchPath,
-  { cutLoose = () => {}, readOnly = () => {}, ...hooks }: SlotHooks = {},
+  { cutLoose = () => {}, readOnly = () => {}, spans, ...hooks }: SlotHooks = {},
 ) {
   if (slots.length < limits.maxInFlight)
     throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
@@ -319,8 +349,9 @@ export function batchOnSlots(
     return s.sql
   }
   const stuckAfterMs = contractLimits.database.cutLoose
+  const send = (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path())
   const batcher = createBatcher(
-    (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path()),
+    spans === undefined ? send : spanned(send, spans.spans, spans.database),
     limits,
     {
       ...hooks,
@@ -339,8 +370,12 @@ export function batchOnSlots(
     },
   )
   return Object.freeze({
-    create: (plant: NewPlant, createdBy: string, expiresAt?: number): Promise<CreateOutcome> =>
-      batcher.submit({ plant, createdBy }, expiresAt),
+    create: (
+      plant: NewPlant,
+      createdBy: string,
+      expiresAt?: number,
+      trace?: Trace,
+    ): Promise<CreateOutcome> => batcher.submit({ plant, createdBy, trace }, expiresAt),
     probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number): Promise<T> =>
       batcher.probe((slot) => work(slotSql(slot)), expiresAt),
     load: batcher.load,

@@ -99,13 +99,7 @@ export function createPlantHandler({
       }
     }
 
-    const ended = await readAndStore(
-      req,
-      ctx.sendContinue,
-      store,
-      tokenName,
-      ctx.receivedAt + databaseDeadlineMs,
-    )
+    const ended = await readAndStore(req, ctx, store, tokenName, databaseDeadlineMs)
     createAnswered(outcomeLabel(ended))
     return { ...answerOf(ended), ...(headers && { headers }), tokenName }
   }
@@ -127,15 +121,15 @@ function answerOf(ended: CreateOutcome | Failure | DatabaseUnavailable): Outcome
  */
 async function readAndStore(
   req: IncomingMessage,
-  sendContinue: RequestContext['sendContinue'],
+  { sendContinue, receivedAt, trace }: RequestContext,
   store: PlantStore,
   tokenName: string,
-  expiresAt: number,
+  deadlineMs: number,
 ): Promise<CreateOutcome | Failure | DatabaseUnavailable> {
   const plant = await readNewPlant(req, sendContinue)
   if (isFailure(plant)) return plant
   return store
-    .create(plant, tokenName, expiresAt)
+    .create(plant, tokenName, receivedAt + deadlineMs, trace)
     .catch((err: unknown) => (err instanceof DatabaseUnavailable ? err : Promise.reject(err)))
 }
 

@@ -5,8 +5,10 @@ import { openStatementSlots } from '../db/reach/slots.ts'
 import { leaveReadOnlyServer } from '../db/reach/sql.ts'
 import { connectionError, diskFullMessage } from '../db/reach/unavailable.ts'
 import { describeDatabase } from '../db/reach/url.ts'
+import type { Trace } from '../http/trace-context.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
+import { databaseFacts, type Spans } from '../tracing/spans.ts'
 import type { BatchPath, CreateOutcome } from './batch-sql.ts'
 import { type BatchLimits, batchOnSlots, type SlotHooks } from './batcher.ts'
 import type { WritePath } from './citus.ts'
@@ -26,6 +28,8 @@ export type PlantStore = {
     plant: NewPlant,
     createdBy: string,
     expiresAt?: number,
+    /** The request's trace: the span of the statement that carries the create links it. */
+    trace?: Trace,
   ) => Promise<CreateOutcome>
   /**
    * Runs `work` through the creates' own slots and connections, ahead of the creates waiting:
@@ -61,6 +65,8 @@ type StoreOptions = {
    * now): creates go straight to the primary of the group that holds their row.
    */
   readonly citus?: { readonly group: number; readonly primaries: CitusPrimaries } | undefined
+  /** A span per insert statement, linked to its requests' spans (OTEL_EXPORTER_OTLP_ENDPOINT). */
+  readonly spans?: Spans | undefined
 }
 
 type Opened = {
@@ -96,7 +102,7 @@ export function openPlantStore(url: string, log: Log, options: StoreOptions): Op
 function openBatching(
   url: string,
   log: Log,
-  { transactionPooler, connectionClosed, statementRan, gapMetrics }: StoreOptions,
+  { transactionPooler, connectionClosed, statementRan, gapMetrics, spans }: StoreOptions,
   batchLimits: BatchLimits,
   path: () => BatchPath,
   {
@@ -111,12 +117,16 @@ function openBatching(
     ...(current && { current }),
   })
   const named = node && (() => `the Citus worker at ${node()}`)
+  const ownDatabase = databaseFacts(url)
   const gaps = gapHooks(log, gapMetrics, {
     ...(named && { where: named }),
     database: describeDatabase(url),
   })
   const batching = batchOnSlots(slots, batchLimits, path, {
     statementRan,
+    ...(spans && {
+      spans: { spans, database: node ? () => databaseFacts(url, node()) : () => ownDatabase },
+    }),
     ...gaps.hooks,
     ...(waitingElsewhere && { waitingElsewhere }),
     readOnly: leaveReadOnlyServer(log),
@@ -250,7 +260,8 @@ function openRoutedStore(
   }
   return {
     store: Object.freeze({
-      create: (plant, createdBy, expiresAt) => storeOf(plant).create(plant, createdBy, expiresAt),
+      create: (plant, createdBy, expiresAt, trace) =>
+        storeOf(plant).create(plant, createdBy, expiresAt, trace),
       probe: ownBatching.store.probe,
       load,
       diskFull: () => all.map((b) => b.store.diskFull()).find((d) => d !== undefined),
