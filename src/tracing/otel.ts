@@ -142,16 +142,20 @@ export async function openSpans(
               traceFlags: Number.parseInt(caller.flags, 16),
               isRemote: true,
             })
-      const attributes: Attributes = {
-        'http.request.method': facts.method,
-        'url.path': facts.path,
-        'url.scheme': 'http',
-        'network.protocol.version': facts.httpVersion,
+      const span = tracer.startSpan(facts.method, { kind: SpanKind.SERVER }, parent)
+      // Attributes only for a span that is recorded: one sampled out costs an id and no more.
+      if (span.isRecording()) {
+        const attributes: Attributes = {
+          'http.request.method': facts.method,
+          'url.path': facts.path,
+          'url.scheme': 'http',
+          'network.protocol.version': facts.httpVersion,
+        }
+        if (facts.client !== undefined) attributes['client.address'] = facts.client
+        if (facts.userAgent !== undefined) attributes['user_agent.original'] = facts.userAgent
+        if (facts.serverPort !== undefined) attributes['server.port'] = facts.serverPort
+        span.setAttributes(attributes)
       }
-      if (facts.client !== undefined) attributes['client.address'] = facts.client
-      if (facts.userAgent !== undefined) attributes['user_agent.original'] = facts.userAgent
-      if (facts.serverPort !== undefined) attributes['server.port'] = facts.serverPort
-      const span = tracer.startSpan(facts.method, { kind: SpanKind.SERVER, attributes }, parent)
       const context = span.spanContext()
       const own: Trace = {
         traceId: context.traceId,
