@@ -35,6 +35,10 @@ const areas: [string, (name: string, url: string) => boolean][] = [
     'our create handler and batching',
     (_, u) => /src\/plants\/(create-plant|repository)|src\/db\//.test(u),
   ],
+  [
+    'OpenTelemetry (spans: the SDK, the exporter, src/tracing)',
+    (_, u) => /node_modules\/@opentelemetry|src\/tracing\//.test(u),
+  ],
   ['our HTTP adapter (ids, trace, answer)', (_, u) => /src\/http\/|src\/app/.test(u)],
   ['our request log', (_, u) => /src\/log/.test(u)],
   ['our metrics', (_, u) => /src\/(fast-metric|metrics)|node_modules\/prom-client/.test(u)],

@@ -1,6 +1,6 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
-//                         [,growth][,citus][,rates]
+//                         [,growth][,citus][,rates][,spans]
 //                  --peak N --shares 5,10,25,50,75 --fresh-seconds 20 --fresh-runs N
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
@@ -13,6 +13,8 @@
 //   the service's peak RSS;
 // - observability, pgbouncer: two services side by side (metrics and trace context on/off;
 //   through PgBouncer or not);
+// - spans (not in the default set): spans exported over OTLP to a receiver in this process,
+//   every request sampled, against none;
 // - scheduling: WORKERS=2, each worker accepting its own connections (the default) against
 //   Node's round robin through the primary;
 // - baseline (with --baseline DIR): this checkout's service against another checkout's;
@@ -58,6 +60,7 @@ import {
   observabilityPhase,
   pgbouncerPhase,
   schedulingPhase,
+  spansPhase,
 } from './phases/pairs.ts'
 import { ratesPhase } from './phases/rates.ts'
 import { soakPhase } from './phases/soak.ts'
@@ -177,6 +180,7 @@ if (service && parts.has('levels')) results.levels = levels = await levelsPhase(
 if (parts.has('observability')) results.observability = await observabilityPhase(bench)
 if (parts.has('pgbouncer')) results.pgbouncer = await pgbouncerPhase(bench)
 if (parts.has('scheduling')) results.scheduling = await schedulingPhase(bench)
+if (parts.has('spans')) results.spans = await spansPhase(bench)
 if (parts.has('baseline') && args.baseline !== undefined)
   results.baseline = await baselinePhase(bench, resolve(args.baseline))
 

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../../test/helpers/pgbouncer.ts'
 import { type Bench, type Comparison, say } from '../bench.ts'
 import { spawnService } from '../processes.ts'
@@ -14,6 +16,57 @@ export async function observabilityPhase(bench: Bench): Promise<Comparison> {
       await spawnService('off', bench.url, { METRICS: 'off', TRACE_CONTEXT: 'off' }),
     ],
   )
+}
+
+/**
+ * Spans over OTLP/HTTP to a receiver in this process that takes every export, against no
+ * endpoint (the SDK not loaded): every request sampled (wrk sends no traceparent, and the default
+ * sampler records every new trace), then a tenth of them (parentbased_traceidratio, 0.1). The
+ * receiver counts what it took.
+ */
+export async function spansPhase(bench: Bench): Promise<{
+  all: Comparison & { exports: number; bytes: number }
+  tenth: Comparison & { exports: number; bytes: number }
+}> {
+  let exports = 0
+  let bytes = 0
+  const receiver = createServer((req, res) => {
+    req.on('data', (chunk: Buffer) => {
+      bytes += chunk.length
+    })
+    req.on('end', () => {
+      exports++
+      res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end()
+    })
+  })
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+  const { port } = receiver.address() as AddressInfo
+  const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` }
+  const run = async (what: string, settings: Record<string, string>) => {
+    exports = 0
+    bytes = 0
+    const comparison = await bench.compare(
+      `spans over OTLP/HTTP (http/protobuf, ${what}) at 64 connections: on against off (no endpoint)`,
+      ['spans', 'off'],
+      [
+        await spawnService('spans', bench.url, { ...endpoint, ...settings }),
+        await spawnService('off', bench.url),
+      ],
+    )
+    say(`spans (${what}): the receiver took ${exports} exports, ${(bytes / 1e6).toFixed(1)} MB`)
+    return { ...comparison, exports, bytes }
+  }
+  try {
+    return {
+      all: await run('every request sampled', {}),
+      tenth: await run('a tenth sampled', {
+        OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+        OTEL_TRACES_SAMPLER_ARG: '0.1',
+      }),
+    }
+  } finally {
+    receiver.close()
+  }
 }
 
 /**
