@@ -61,6 +61,9 @@ const examples: Record<string, How> = {
     { needs: 'a Patroni cluster in Citus mode' },
   "DATABASE_URL='postgres://plant_store:…@g0a:5432,g0b:5432/plants?target_session_attrs=read-write' npm start":
     { needs: 'a Patroni cluster in Citus mode' },
+  // docs/observability.md (test/otlp-spans.test.ts starts instances with these settings)
+  'OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=prod OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 npm start':
+    { needs: 'an OpenTelemetry collector at collector:4318' },
   // docs/openapi.md
   'npm run openapi': runs('npm run openapi'),
   'npx openapi-typescript dist/openapi.json -o plants-api.d.ts': { needs: 'openapi-typescript' },
