@@ -3,6 +3,7 @@ import { request } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
+import { startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
 import { uniqueId } from './helpers/server.ts'
@@ -174,6 +175,44 @@ describe('WORKERS=2', () => {
       // Both workers hold the same two tokens (the test's and none other): not added up.
       assert.match(text, /^plant_store_token_cache_tokens 1$/m)
     }
+    service.child.kill('SIGTERM')
+    assert.equal(await service.exited, 0)
+  })
+
+  test('with an OTLP endpoint each worker exports its own spans: every request span arrives, from two service instances, and /metrics adds up what they exported', async () => {
+    const db = await createTestDatabase({ after })
+    const receiver = await startOtlpReceiver({ after })
+    const service = await startServiceProcess(
+      'node',
+      {
+        DATABASE_URL: db.url,
+        WORKERS: '2',
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_BSP_SCHEDULE_DELAY: '50',
+      },
+      { after },
+    )
+    const token = await tokenFor(db.sql, service.base, `workers-${uniqueId()}`)
+    const answers = await postUntilEach(service, token, [1, 2])
+    assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
+    const spanIds = service.lines
+      .filter((l) => l.message === 'request' && String(l.requestId).startsWith('workers-'))
+      .map((l) => String(l.spanId))
+    assert.ok(spanIds.length >= answers.length)
+    await within(10_000, async () => {
+      const received = new Set(receiver.spans().map((s) => s.spanId))
+      return spanIds.every((id) => received.has(id))
+    })
+    const instances = new Set(
+      receiver
+        .spans()
+        .filter((s) => spanIds.includes(s.spanId))
+        .map((s) => s.resource['service.instance.id']),
+    )
+    assert.equal(instances.size, 2, 'one service instance per worker')
+    const text = await (await fetch(`${service.base}/metrics`)).text()
+    const exported = Number(/^plant_store_spans_exported_total (\d+)$/m.exec(text)?.[1])
+    assert.ok(exported >= spanIds.length, `spans exported, both workers: ${exported}`)
     service.child.kill('SIGTERM')
     assert.equal(await service.exited, 0)
   })
