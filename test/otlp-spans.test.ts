@@ -291,4 +291,39 @@ describe('spans over OTLP/HTTP', () => {
     )
     assert.equal(warnings.length, 1, 'one warning for the episode')
   })
+
+  test('a collector that refuses connections: the exports fail, their spans are dropped and counted as export_failed, and every create answers', async () => {
+    const closed = createServer()
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve))
+    const { port } = closed.address() as AddressInfo
+    await new Promise((resolve) => closed.close(resolve))
+    const s = await startTestServer(
+      { after },
+      {
+        env: {
+          OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`,
+          OTEL_BSP_SCHEDULE_DELAY: '10',
+          OTEL_EXPORTER_OTLP_TIMEOUT: '300',
+        },
+      },
+    )
+    const sent = await Promise.all(Array.from({ length: 20 }, () => create(s, true)))
+    assert.ok(sent.every((x) => x.status === 200))
+    let failed = 0
+    await within(10_000, async () => {
+      const metrics = await (await fetch(`${s.base}/metrics`)).text()
+      failed = Number(
+        /plant_store_spans_dropped_total\{reason="export_failed"\} (\d+)/.exec(metrics)?.[1],
+      )
+      return failed >= 20
+    })
+    const warnings = s.logs.filter(
+      (l) => l.level === 'warn' && String(l.message).startsWith('spans are being dropped'),
+    )
+    assert.equal(warnings.length, 1, 'one warning for the episode')
+    assert.match(
+      String(warnings[0]?.message),
+      /an export to http:\/\/127\.0\.0\.1:\d+\/v1\/traces failed/,
+    )
+  })
 })
