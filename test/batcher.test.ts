@@ -40,6 +40,32 @@ describe('createBatcher', () => {
     assert.deepEqual(await Promise.all(rest), [20, 30, 40])
   })
 
+  test('a hook that throws after a statement committed changes no answer: each item gets its outcome, a lone item included, and the fault is reported', async () => {
+    const faults: unknown[] = []
+    const committed: number[][] = []
+    const b = createBatcher(
+      async (items: readonly number[]) => {
+        committed.push([...items])
+        return items.map((i) => i * 10)
+      },
+      { maxBatch: 100, maxInFlight: 1, maxQueued: 1000 },
+      {
+        statementRan: () => {
+          throw new Error('a bug in a metrics hook')
+        },
+        through: () => {
+          throw new Error('a bug in the gap tracker')
+        },
+        fault: (err) => faults.push(err),
+      },
+    )
+    assert.equal(await b.submit(1), 10, 'a lone item: its row is stored, so it is created')
+    assert.deepEqual(await Promise.all([2, 3].map((i) => b.submit(i))), [20, 30])
+    assert.deepEqual(committed, [[1], [2, 3]], 'each sent once, never retried alone')
+    assert.equal(faults.length, 2)
+    assert.match(String(faults[0]), /a bug in the gap tracker/)
+  })
+
   test('a batch holds at most maxBatch items, and at most maxInFlight statements run at once', async () => {
     const { batches, store, releaseAll } = gatedStore()
     const b = createBatcher(store, { maxBatch: 2, maxInFlight: 2, maxQueued: 1000 })

@@ -53,6 +53,11 @@ export type BatchHooks = WaitingHooks & {
    * statement timeout, out of memory): answered unavailable (503) at once.
    */
   readonly refused?: (items: number, error: unknown) => void
+  /**
+   * Code of ours that runs after a statement (a hook) threw, after every item of it was
+   * answered: a bug, to be logged; the answers stand.
+   */
+  readonly fault?: (error: unknown) => void
 }
 
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
@@ -105,6 +110,9 @@ export function createBatcher<I, O>(
     connectionLost = () => {},
     through = () => {},
     refused = () => {},
+    fault = (err: unknown) => {
+      throw err
+    },
     ...waitingHooks
   }: BatchHooks = {},
 ): Batcher<I, O> {
@@ -147,66 +155,90 @@ export function createBatcher<I, O>(
     return Math.min(firstPause * 2 ** inARow, mostPause)
   }
 
+  /**
+   * Answers each item of a statement that ran by its outcome, then tells the hooks; returns the
+   * slot's pause. Nothing here can make a committed batch a failure: a hook that throws does so
+   * after every item is answered.
+   */
+  function settle(batch: Pending<I, O>[], slot: number, outcomes: (O | Error)[]): number {
+    const again: Pending<I, O>[] = []
+    let why: { reason: ResendReason; err: Error } | undefined
+    let refusal: Error | undefined
+    let refusedItems = 0
+    batch.forEach((p, i) => {
+      const outcome = outcomes[i]
+      const reason = outcome instanceof Error ? resendReason(outcome) : undefined
+      if (reason !== undefined) {
+        again.push(p)
+        why ??= { reason, err: outcome as Error }
+      } else if (outcome instanceof Error) {
+        if (isUnavailable(outcome)) {
+          refusal ??= outcome
+          refusedItems++
+        }
+        waiting.fail(p, outcome)
+      } else if (outcome !== undefined) waiting.answer(p, outcome)
+      else waiting.fail(p, new Error('an item got no outcome'))
+    })
+    if (why !== undefined) waiting.putBack(again, why.reason, why.err)
+    // The hooks last: every item is answered or held again before any of them runs.
+    if (refusal !== undefined) refused(refusedItems, refusal)
+    if (why === undefined && refusal === undefined) {
+      failedInARow.delete(slot)
+      through()
+      return 0
+    }
+    return why === undefined ? 0 : pauseAfterFailure(slot)
+  }
+
+  /** A statement that failed as a whole: held, refused, or its items tried one at a time. */
+  async function statementFailed(batch: Pending<I, O>[], slot: number, err: unknown) {
+    if ((err as { code?: unknown }).code === '25006') readOnly(slot)
+    if (isConnectionLost(err)) connectionLost(slot)
+    const reason = resendReason(err)
+    if (reason !== undefined) {
+      waiting.putBack(batch, reason, err)
+      return pauseAfterFailure(slot)
+    }
+    const unavailable = isUnavailable(err)
+    if (unavailable || batch.length === 1) {
+      if (unavailable) refused(batch.length, err)
+      for (const p of batch) waiting.fail(p, err)
+      return 0
+    }
+    await Promise.all(
+      batch.map((p) =>
+        storeAlone(p.item, slot).then(
+          (outcome) => waiting.answer(p, outcome),
+          (e: unknown) => waiting.fail(p, e),
+        ),
+      ),
+    )
+    return 0
+  }
+
   async function run(batch: Pending<I, O>[], slot: number): Promise<void> {
     const started = performance.now()
     const stopWatching = waiting.watchInFlight(batch)
     let pause = 0
     try {
-      const outcomes = await storeBatch(
-        batch.map((p) => p.item),
-        slot,
-      )
+      let outcomes: (O | Error)[]
+      try {
+        outcomes = await storeBatch(
+          batch.map((p) => p.item),
+          slot,
+        )
+      } catch (err) {
+        pause = await statementFailed(batch, slot, err)
+        return
+      }
+      // Past the statement: what follows answers its items, whatever a hook does after.
+      pause = settle(batch, slot, outcomes)
       statementRan(batch.length, (performance.now() - started) / 1000)
-      const again: Pending<I, O>[] = []
-      let why: { reason: ResendReason; err: Error } | undefined
-      let refusal: Error | undefined
-      let refusedItems = 0
-      batch.forEach((p, i) => {
-        const outcome = outcomes[i]
-        const reason = outcome instanceof Error ? resendReason(outcome) : undefined
-        if (reason !== undefined) {
-          again.push(p)
-          why ??= { reason, err: outcome as Error }
-        } else if (outcome instanceof Error) {
-          if (isUnavailable(outcome)) {
-            refusal ??= outcome
-            refusedItems++
-          }
-          waiting.fail(p, outcome)
-        } else if (outcome !== undefined) waiting.answer(p, outcome)
-        else waiting.fail(p, new Error('an item got no outcome'))
-      })
-      if (refusal !== undefined) refused(refusedItems, refusal)
-      if (why === undefined && refusal === undefined) {
-        failedInARow.delete(slot)
-        through()
-      } else if (why !== undefined) {
-        waiting.putBack(again, why.reason, why.err)
-        pause = pauseAfterFailure(slot)
-      }
     } catch (err) {
-      if ((err as { code?: unknown }).code === '25006') readOnly(slot)
-      if (isConnectionLost(err)) connectionLost(slot)
-      const reason = resendReason(err)
-      if (reason !== undefined) {
-        waiting.putBack(batch, reason, err)
-        pause = pauseAfterFailure(slot)
-        return
-      }
-      const unavailable = isUnavailable(err)
-      if (unavailable || batch.length === 1) {
-        if (unavailable) refused(batch.length, err)
-        for (const p of batch) waiting.fail(p, err)
-        return
-      }
-      await Promise.all(
-        batch.map((p) =>
-          storeAlone(p.item, slot).then(
-            (outcome) => waiting.answer(p, outcome),
-            (e: unknown) => waiting.fail(p, e),
-          ),
-        ),
-      )
+      // A fault of our own after the items were answered (a hook that threw): reported, and the
+      // answers stand.
+      fault(err)
     } finally {
       stopWatching()
       // The slot takes nothing more for a moment: its connection is being opened again, or the

@@ -7,7 +7,7 @@ import { connectionError, diskFullMessage } from '../db/reach/unavailable.ts'
 import { describeDatabase } from '../db/reach/url.ts'
 import type { Trace } from '../http/trace-context.ts'
 import { limits } from '../limits.ts'
-import type { Log } from '../log.ts'
+import { describeError, type Log } from '../log.ts'
 import { databaseFacts, type Spans } from '../tracing/spans.ts'
 import type { BatchPath, CreateOutcome } from './batch-sql.ts'
 import { type BatchLimits, batchOnSlots, type SlotHooks } from './batcher.ts'
@@ -130,6 +130,10 @@ function openBatching(
     ...gaps.hooks,
     ...(waitingElsewhere && { waitingElsewhere }),
     readOnly: leaveReadOnlyServer(log),
+    fault: (err) =>
+      log.error('a fault after an insert statement; its creates were answered by its outcome', {
+        error: describeError(err),
+      }),
     cutLoose: (slot, ms, sockets) =>
       log.warn(
         `no answer from the database${named ? ` (${named()})` : ''} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
