@@ -132,6 +132,31 @@ describe('batched creates: one statement, each request its own outcome', () => {
   })
 })
 
+describe('a create given no deadline', () => {
+  test('has a request’s deadline: with the database refusing connections it is answered unavailable within it, never held for ever', async () => {
+    const { freePort } = await import('../src/db/start/embedded.ts')
+    // A port nobody listens on: every connection is refused, a reason to hold and send again.
+    const refusing = `postgres://nobody@127.0.0.1:${await freePort()}/plants`
+    const s = storeOn(refusing)
+    const started = performance.now()
+    const deadline = contractLimits.database.request - contractLimits.database.answerMargin
+    let timer: NodeJS.Timeout | undefined
+    const ended = await Promise.race([
+      s.create(plant(BigInt(uniqueId()), 'no deadline'), 'batch-test').then(
+        () => 'stored',
+        (err: unknown) => err,
+      ),
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, deadline + 5_000, 'still held')
+      }),
+    ])
+    clearTimeout(timer)
+    const ms = performance.now() - started
+    assert.ok(ended instanceof DatabaseUnavailable, `ended as ${String(ended)}`)
+    assert.ok(ms >= deadline - 50 && ms < deadline + 1_000, `answered after ${Math.round(ms)} ms`)
+  })
+})
+
 describe('a batch cut by a lost connection', () => {
   test('every request in it gets 503, and its rows are all there or none is; a retry then gets 200', async () => {
     const d = await createTestDatabase({ after })

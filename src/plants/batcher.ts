@@ -381,6 +381,7 @@ export function batchOnSlots(
     return s.sql
   }
   const stuckAfterMs = contractLimits.database.cutLoose
+  const createDeadline = contractLimits.database.request - contractLimits.database.answerMargin
   const send = (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path())
   const batcher = createBatcher(
     spans === undefined ? send : spanned(send, spans.spans, spans.database),
@@ -402,10 +403,11 @@ export function batchOnSlots(
     },
   )
   return Object.freeze({
+    // A create given no deadline has a request's: none is held through a gap for ever.
     create: (
       plant: NewPlant,
       createdBy: string,
-      expiresAt?: number,
+      expiresAt = performance.now() + createDeadline,
       trace?: Trace,
     ): Promise<CreateOutcome> => batcher.submit({ plant, createdBy, trace }, expiresAt),
     probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number): Promise<T> =>

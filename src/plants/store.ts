@@ -21,8 +21,9 @@ export type { BatchLimits } from './batcher.ts'
 export type PlantStore = {
   /**
    * Stores the plant, or recognises a retry; resolves only after the commit. At `expiresAt` (a
-   * `performance.now()` time) it rejects as unavailable (deadline), whether its statement is in
-   * flight or not yet sent; one not yet sent is then dropped, never sent.
+   * `performance.now()` time; by default a request's deadline from now) it rejects as
+   * unavailable (deadline), whether its statement is in flight or not yet sent; one not yet sent
+   * is then dropped, never sent.
    */
   readonly create: (
     plant: NewPlant,
