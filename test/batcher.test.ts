@@ -164,6 +164,22 @@ describe('createBatcher', () => {
     ])
   })
 
+  test('a held item that then ends in a fault (neither stored nor unavailable) is counted as a fault, not as answered', async () => {
+    let calls = 0
+    const store = async (items: readonly number[]) => {
+      if (calls++ === 0) throw Object.assign(new Error('connection reset'), { code: 'ECONNRESET' })
+      return items.map(() => new Error('a fault of our own'))
+    }
+    const ended: string[] = []
+    const b = createBatcher(
+      store,
+      { maxBatch: 10, maxInFlight: 1, maxQueued: 10 },
+      { heldEnded: (outcome) => ended.push(outcome) },
+    )
+    await assert.rejects(b.submit(1, performance.now() + 5000), /a fault of our own/)
+    assert.deepEqual(ended, ['fault'])
+  })
+
   test('a held item is answered unavailable at its deadline, naming why it was held, and is never sent after it', async () => {
     const sent: number[][] = []
     const store = async (items: readonly number[]) => {

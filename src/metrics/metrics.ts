@@ -11,6 +11,7 @@ import type { Handler } from '../http/types.ts'
 import { formatted, limits } from '../limits.ts'
 import { droppedLogLines } from '../log.ts'
 import type { UnavailableReason } from '../outcome.ts'
+import type { HeldOutcome } from '../plants/waiting.ts'
 import { spanCounts } from '../tracing/spans.ts'
 import { serviceVersion as version } from '../version.ts'
 import { metricsOfAllWorkers, shared } from './cluster.ts'
@@ -42,7 +43,7 @@ export type Metrics = {
   /** Creates of a statement that failed for want of a database, sent again (plants/gaps.ts). */
   readonly createsResent: (reason: ResendReason, creates: number) => void
   /** A held create's answer, `seconds` after its first statement failed. */
-  readonly heldCreateEnded: (outcome: 'answered' | 'unavailable', seconds: number) => void
+  readonly heldCreateEnded: (outcome: HeldOutcome, seconds: number) => void
   readonly watch: (sources: MetricSources) => void
   /** `GET /metrics`: the Prometheus text exposition; `undefined` when metrics are off. */
   readonly handler: Handler | undefined
@@ -180,12 +181,12 @@ function storeMetrics(
   for (const reason of resendReasons) resent.inc({ reason }, 0)
   const held = new Histogram({
     name: 'plant_store_create_held_seconds',
-    help: "Time from a create's first failed statement to its answer, by outcome: answered (by the database, after resends) or unavailable (503 at its deadline)",
+    help: "Time from a create's first failed statement to its answer, by outcome: answered (by the database, after resends), unavailable (503 at its deadline) or fault (a 500: neither)",
     labelNames: ['outcome'],
     buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 4, 5, limits.database.request / 1000],
     registers,
   })
-  for (const outcome of ['answered', 'unavailable']) held.zero({ outcome })
+  for (const outcome of ['answered', 'unavailable', 'fault']) held.zero({ outcome })
   const createSeries = new Map(createOutcomes.map((outcome) => [outcome, creates.labels(outcome)]))
   return {
     createAnswered: (outcome: CreateOutcomeLabel) => createSeries.get(outcome)?.inc(),

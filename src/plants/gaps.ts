@@ -1,11 +1,12 @@
 import { diskFullMessage, type ResendReason } from '../db/reach/unavailable.ts'
 import { describeError, type Log } from '../log.ts'
 import type { BatchHooks } from './batcher.ts'
+import type { HeldOutcome } from './waiting.ts'
 
 /** What the metrics hear of creates held through a gap (see metrics.ts). */
 export type GapMetrics = {
   readonly createsResent: (reason: ResendReason, creates: number) => void
-  readonly heldCreateEnded: (outcome: 'answered' | 'unavailable', seconds: number) => void
+  readonly heldCreateEnded: (outcome: HeldOutcome, seconds: number) => void
 }
 
 /**

@@ -1,6 +1,12 @@
 import { isUnavailable, type ResendReason } from '../db/reach/unavailable.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
 
+/**
+ * How a held create ended: answered by the database after resends, unavailable (503 at its
+ * deadline), or a fault (a 500: neither).
+ */
+export type HeldOutcome = 'answered' | 'unavailable' | 'fault'
+
 /** An item that waits for its outcome: queued, in a statement in flight, or held. */
 export type Pending<I, O> = {
   readonly item: I
@@ -25,7 +31,7 @@ export type WaitingHooks = {
    * A held item ended `seconds` after its first statement failed: answered by the database
    * (stored, a retry, a conflict), or unavailable (503, at its deadline).
    */
-  readonly heldEnded?: (outcome: 'answered' | 'unavailable', seconds: number) => void
+  readonly heldEnded?: (outcome: HeldOutcome, seconds: number) => void
   /** An item was answered unavailable at its deadline, held or never sent. */
   readonly expired?: () => void
   /**
@@ -78,10 +84,7 @@ export function createWaiting<I, O>(
     if (p.done) return
     p.done = true
     if (p.heldAt !== undefined)
-      heldEnded(
-        isUnavailable(err) ? 'unavailable' : 'answered',
-        (performance.now() - p.heldAt) / 1000,
-      )
+      heldEnded(isUnavailable(err) ? 'unavailable' : 'fault', (performance.now() - p.heldAt) / 1000)
     p.reject(err)
   }
 
