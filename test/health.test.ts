@@ -30,7 +30,7 @@ describe('health and readiness', () => {
     assert.equal((await fetch(`${s.base}/readyz`)).status, 200)
   })
 
-  test('GET /readyz is 503/50301 and /healthz still 200 when the database is gone', async () => {
+  test('GET /readyz is 503/50301 and /healthz still 200 when the database is gone; the 503 counts in plant_store_database_unavailable_total', async () => {
     const db = await createTestDatabase({ after })
     const s = await startTestServer({ after }, { db })
     // Dropping the database under the server: its connections are terminated.
@@ -42,9 +42,17 @@ describe('health and readiness', () => {
     )
     await admin.unsafe(`drop database ${url.pathname.slice(1)} with (force)`)
     await admin.end()
+    const unavailable = async () =>
+      [
+        ...(await (await fetch(`${s.base}/metrics`)).text()).matchAll(
+          /^plant_store_database_unavailable_total\{reason="\w+"\} (\d+)$/gm,
+        ),
+      ].reduce((sum, m) => sum + Number(m[1]), 0)
+    const before = await unavailable()
     const ready = await fetch(`${s.base}/readyz`)
     assert.equal(ready.status, 503)
     assert.equal(((await ready.json()) as { error: number }).error, 50301)
     assert.equal((await fetch(`${s.base}/healthz`)).status, 200)
+    assert.equal(await unavailable(), before + 1, 'the 503 is counted as every database 503 is')
   })
 })

@@ -4,13 +4,19 @@ import { failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
-import { DatabaseUnavailable } from '../outcome.ts'
+import { DatabaseUnavailable, type UnavailableReason } from '../outcome.ts'
 import type { PlantStore } from '../plants/store.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
 export const healthz: Handler = () => reply({ status: 'ok' })
 
-type Verdict = { ready: true } | { ready: false; reason: string }
+/**
+ * Ready, or not and why; `unavailable` for a 503 that is the database's (counted as every
+ * database 503 is), not for an instance that is leaving.
+ */
+type Verdict =
+  | { ready: true }
+  | { ready: false; reason: string; unavailable?: UnavailableReason | undefined }
 
 // PostgreSQL's message names files: it is in the log line of the episode, not in an answer.
 const diskFullReason =
@@ -65,7 +71,7 @@ export function createReadyz(
         (performance.now() - disk.lastFailure < limits.database.diskFullHold ||
           (await store.checkDisk(receivedAt + deadlineMs)) !== undefined)
       )
-        return { ready: false, reason: diskFullReason }
+        return { ready: false, reason: diskFullReason, unavailable: 'database' }
       // txid_current() gives the probe a transaction id, so its commit is a real one: it fails
       // on a read-only server (25006) and waits for a synchronous standby, as a create does.
       const [row] = await store.probe(
@@ -84,11 +90,16 @@ export function createReadyz(
         return {
           ready: false,
           reason: 'the database schema is not current; migrations are pending',
+          unavailable: 'database',
         }
       return { ready: true }
     } catch (err) {
       const { inFlight, oldestMs } = store.load()
-      return { ready: false, reason: unreadyReason(err, deadlineMs, inFlight, oldestMs) }
+      return {
+        ready: false,
+        reason: unreadyReason(err, deadlineMs, inFlight, oldestMs),
+        unavailable: err instanceof DatabaseUnavailable ? err.reason : 'database',
+      }
     }
   }
 
@@ -101,6 +112,10 @@ export function createReadyz(
       if (verdict.ready) log.info('readiness: ready')
       else log.warn(`readiness: not ready, ${verdict.reason}`)
     }
-    return verdict.ready ? reply({ status: 'ready' }) : failure(50301, verdict.reason)
+    if (verdict.ready) return reply({ status: 'ready' })
+    const refusal = failure(50301, verdict.reason)
+    return verdict.unavailable === undefined
+      ? refusal
+      : { ...refusal, unavailable: { reason: verdict.unavailable, detail: verdict.reason } }
   }
 }
