@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import postgres from 'postgres'
-import { freePort, startEmbedded } from '../../src/db/start/embedded.ts'
+import { startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
 import { type Arranged, partitionAndRecover } from '../helpers/partition-run.ts'
+import { serverPort } from '../helpers/ports.ts'
 import { startTestServer } from '../helpers/server.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
 
@@ -18,7 +19,7 @@ const skip = unavailable !== undefined && !process.env.CI ? unavailable : false
 /** The service on a PostgreSQL of its own (an embedded server on a port of its own). */
 async function onItsOwnServer(t: Cleanup): Promise<Arranged> {
   const { dir, ...tmp } = await tempDir(t, 'plant-store-partition-')
-  const port = await freePort()
+  const port = await serverPort()
   const db = await startEmbedded({ dir, log: quietLog, shareRunning: false, fast: true, port })
   tmp.after(() => db.stop())
   await migrate(db.url, quietLog)

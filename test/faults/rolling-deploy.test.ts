@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { freePort } from '../../src/db/start/embedded.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
+import { serverPort } from '../helpers/ports.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { within } from '../helpers/wait.ts'
 
@@ -13,7 +13,7 @@ describe('a rolling deploy behind HAProxy', () => {
   }, async () => {
     assert.ok(haproxyPresent, `CI needs ${haproxyPath} (apt-get install haproxy)`)
     const db = await createTestDatabase({ after })
-    const ports = [await freePort(), await freePort()]
+    const ports = [await serverPort(), await serverPort()]
     // The service with its defaults, as an operator runs it (DRAIN_DELAY 3 s).
     const start = (port: number) =>
       startServiceProcess('node', { DATABASE_URL: db.url, PORT: String(port) }, { after })

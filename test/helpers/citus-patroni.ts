@@ -3,7 +3,6 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres from 'postgres'
-import { freePort } from '../../src/db/start/embedded.ts'
 import { citusUnavailable } from './citus.ts'
 import type { Cleanup } from './database.ts'
 import {
@@ -15,6 +14,7 @@ import {
   startEtcd,
   writeMemberConfig,
 } from './patroni.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -96,12 +96,12 @@ export async function startCitusPatroniCluster(
     for (let n = 0; n < perGroup; n++) {
       const name = `g${group}n${n}`
       const data = join(dir, name, 'data')
-      const port = await freePort()
+      const port = await serverPort()
       const member: CitusMember = {
         name,
         group,
         port,
-        rest: await freePort(),
+        rest: await serverPort(),
         postmasterPid: () => {
           const file = join(data, 'postmaster.pid')
           if (!existsSync(file)) return undefined

@@ -4,8 +4,9 @@ import { appendFile, chown } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
-import { ensurePostgresUser, freePort } from '../../src/db/start/embedded.ts'
+import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import type { Cleanup } from './database.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -66,7 +67,7 @@ async function postgres15(
   if (user) await chown(dir, user.uid, user.gid)
   const node = async (name: string, citus = true): Promise<CitusNode> => {
     const data = join(dir, name)
-    const port = await freePort()
+    const port = await serverPort()
     await run(join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], {
       ...asPostgres,
     })

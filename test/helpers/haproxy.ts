@@ -2,8 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { freePort } from '../../src/db/start/embedded.ts'
 import type { Cleanup } from './database.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -49,7 +49,7 @@ export async function startHaproxyForPatroni(
   t: Cleanup,
   members: readonly { name: string; port: number; rest: number }[],
 ): Promise<number> {
-  const port = await freePort()
+  const port = await serverPort()
   await runHaproxy(
     t,
     [
@@ -89,7 +89,7 @@ export async function startHaproxyForPatroni(
  * `retry-on` (HAProxy resends a request only when it could not connect). Stopped after `t`.
  */
 export async function startHaproxy(t: Cleanup, ports: readonly number[]) {
-  const port = await freePort()
+  const port = await serverPort()
   const url = `http://127.0.0.1:${port}`
   await runHaproxy(
     t,

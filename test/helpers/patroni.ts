@@ -4,9 +4,10 @@ import { chown, mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres from 'postgres'
-import { ensurePostgresUser, freePort } from '../../src/db/start/embedded.ts'
+import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { postgres15Bin } from './citus.ts'
 import type { Cleanup } from './database.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -59,8 +60,8 @@ export async function serverUser() {
 
 /** One etcd 3 on 127.0.0.1, its data in `dir`, stopped after `t`; resolves with its client port. */
 export async function startEtcd(t: Cleanup, dir: string): Promise<number> {
-  const client = await freePort()
-  const peer = await freePort()
+  const client = await serverPort()
+  const peer = await serverPort()
   const etcd = spawnLogged(
     etcdPath,
     [
@@ -180,7 +181,7 @@ export async function startPatroniCluster(t: Cleanup) {
   const members: PatroniMember[] = []
   const processes: ReturnType<typeof spawnLogged>[] = []
   for (const name of ['n0', 'n1']) {
-    const member = { name, port: await freePort(), rest: await freePort() }
+    const member = { name, port: await serverPort(), rest: await serverPort() }
     members.push(member)
     const { config, home } = await writeMemberConfig(dir, own, member, client, {
       dcsParameters: { wal_level: 'replica' },

@@ -3,8 +3,8 @@ import { existsSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { freePort } from '../../src/db/start/embedded.ts'
 import type { Cleanup } from './database.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -16,7 +16,7 @@ export const pgbouncerPresent = existsSync(pgbouncerPath)
 export async function startPgBouncer(directUrl: string, t: Cleanup, { poolSize = 2 } = {}) {
   const direct = new URL(directUrl)
   const { dir, ...tmp } = await tempDir(t, 'plant-store-pgbouncer-')
-  const port = await freePort()
+  const port = await serverPort()
   const user = decodeURIComponent(direct.username)
   await writeFile(join(dir, 'userlist.txt'), `"${user}" ""\n`)
   await writeFile(

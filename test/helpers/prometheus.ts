@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { freePort } from '../../src/db/start/embedded.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { within } from './wait.ts'
 
@@ -42,7 +42,7 @@ export async function startPrometheus(
       '',
     ].join('\n'),
   )
-  const port = await freePort()
+  const port = await serverPort()
   const server = spawn(
     prometheus,
     [

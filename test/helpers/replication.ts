@@ -4,9 +4,10 @@ import { appendFile, chmod, chown, cp, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
-import { ensurePostgresUser, freePort } from '../../src/db/start/embedded.ts'
+import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { postgres15Bin } from './citus.ts'
 import type { Cleanup } from './database.ts'
+import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { makeTestCertificates } from './tls.ts'
 import { within } from './wait.ts'
@@ -212,7 +213,7 @@ export async function startPrimaryAndStandby(
   // initdb leaves the cluster cleanly stopped: a copy of it is a standby in the making.
   await cp(primaryDir, standbyDir, { recursive: true, preserveTimestamps: true })
   if (user) await run('chown', ['-R', `${user.uid}:${user.gid}`, standbyDir])
-  const [p1, p2] = [await freePort(), await freePort()]
+  const [p1, p2] = [await serverPort(), await serverPort()]
   await makeStandby(standbyDir, p1, 'standby')
   const primary = await startServer(primaryDir, p1, tmp, version)
   const standby = await startServer(standbyDir, p2, tmp, version)
@@ -250,7 +251,7 @@ export async function startRestartableServer(t: Cleanup, { version = 18 as Versi
     join(dataDir, 'postgresql.conf'),
     "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\nfsync = off\n",
   )
-  const port = await freePort()
+  const port = await serverPort()
   let server = await startServer(dataDir, port, tmp, version)
   const admin = postgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
     max: 1,
