@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { DatabaseUnavailable } from '../src/outcome.ts'
 import { createBatcher } from '../src/plants/batcher.ts'
+import { manualClock } from './helpers/clock.ts'
 
 // The batcher on its own: a queue in front of a statement function. Here the "statement" is a
 // function that records its batches and finishes when the test releases it.
@@ -112,19 +113,27 @@ describe('createBatcher', () => {
     assert.deepEqual(await Promise.all(waiting), [20, 30])
   })
 
-  test('an item still waiting at its deadline, or whose statement has not answered by then, is rejected as unavailable (deadline)', async () => {
+  test('an item still waiting at its deadline, or whose statement has not answered by then, is rejected as unavailable (deadline) at that moment, not before', async () => {
     const { store, releaseAll } = gatedStore()
-    const b = createBatcher(store, { maxBatch: 1, maxInFlight: 1, maxQueued: 10 })
-    const soon = performance.now() + 50
-    const inFlight = b.submit(1, soon)
-    await tick()
-    const queued = b.submit(2, soon)
-    const settled = await Promise.allSettled([inFlight, queued])
-    for (const r of settled) {
-      assert.equal(r.status, 'rejected')
-      const err = (r as PromiseRejectedResult).reason
-      assert.ok(err instanceof DatabaseUnavailable && err.reason === 'deadline', String(err))
-    }
+    const { clock, advance } = manualClock()
+    const b = createBatcher(store, { maxBatch: 1, maxInFlight: 1, maxQueued: 10 }, {}, clock)
+    const soon = clock.now() + 50
+    const answeredAt: number[] = []
+    const reasons: unknown[] = []
+    const watch = (p: Promise<number>) =>
+      p.catch((err: unknown) => {
+        answeredAt.push(clock.now())
+        reasons.push(err instanceof DatabaseUnavailable ? err.reason : err)
+      })
+    const inFlight = watch(b.submit(1, soon))
+    await advance(0)
+    const queued = watch(b.submit(2, soon))
+    await advance(49)
+    assert.deepEqual(answeredAt, [], 'answered before the deadline')
+    await advance(1)
+    await Promise.all([inFlight, queued])
+    assert.deepEqual(reasons, ['deadline', 'deadline'])
+    assert.deepEqual(answeredAt, [soon, soon])
     releaseAll()
   })
 
@@ -181,9 +190,10 @@ describe('createBatcher', () => {
   })
 
   test('a held item is answered unavailable at its deadline, naming why it was held, and is never sent after it', async () => {
-    const sent: number[][] = []
-    const store = async (items: readonly number[]) => {
-      sent.push([...items])
+    const { clock, advance } = manualClock()
+    const sentAt: number[] = []
+    const store = async (): Promise<number[]> => {
+      sentAt.push(clock.now())
       throw Object.assign(new Error('the database system is starting up'), { code: '57P03' })
     }
     let expired = 0
@@ -191,21 +201,32 @@ describe('createBatcher', () => {
       store,
       { maxBatch: 10, maxInFlight: 1, maxQueued: 10 },
       { expired: () => expired++ },
+      clock,
     )
-    const started = performance.now()
-    await assert.rejects(
-      b.submit(1, started + 300),
-      (err: unknown) =>
-        err instanceof DatabaseUnavailable &&
-        err.reason === 'deadline' &&
-        /not accepting/.test(err.message),
+    const started = clock.now()
+    let answer: unknown
+    let answeredAt: number | undefined
+    void b.submit(1, started + 300).catch((err: unknown) => {
+      answer = err
+      answeredAt = clock.now()
+    })
+    await advance(299)
+    assert.equal(answeredAt, undefined, 'answered before its deadline')
+    await advance(1)
+    assert.ok(
+      answer instanceof DatabaseUnavailable &&
+        answer.reason === 'deadline' &&
+        /not accepting/.test(answer.message),
+      String(answer),
     )
-    const answeredAfter = performance.now() - started
-    assert.ok(answeredAfter >= 290 && answeredAfter < 1000, `answered after ${answeredAfter} ms`)
-    assert.ok(sent.length >= 3, `sent ${sent.length} times in 300 ms`)
-    const sends = sent.length
-    await new Promise((r) => setTimeout(r, 400))
-    assert.equal(sent.length, sends, 'sent again after its deadline')
+    assert.equal(answeredAt, started + 300)
+    // Sent again after pauses that double from 10 ms: at 0, 10, 30, 70, 150 ms (the next, 310).
+    assert.deepEqual(
+      sentAt.map((at) => at - started),
+      [0, 10, 30, 70, 150],
+    )
+    await advance(1000)
+    assert.equal(sentAt.length, 5, 'sent again after its deadline')
     assert.equal(expired, 1)
     assert.equal(b.load().queued, 0)
   })

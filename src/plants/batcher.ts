@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import { type Clock, sleepOn, systemClock } from '../clock.ts'
 import type { StatementSlot } from '../db/reach/slots.ts'
 import {
   isConnectionLost,
@@ -64,7 +65,7 @@ export type BatchHooks = WaitingHooks & {
 export type Batcher<I, O> = {
   /**
    * Resolves with the item's outcome once its batch is stored. At `expiresAt` (a
-   * `performance.now()` time) it rejects as unavailable (deadline), whether its batch is in
+   * time on its clock) it rejects as unavailable (deadline), whether its batch is in
    * flight or not yet sent; an item not yet sent is then dropped, never sent.
    */
   readonly submit: (item: I, expiresAt?: number) => Promise<O>
@@ -80,8 +81,6 @@ export type Batcher<I, O> = {
 }
 
 type Task = { readonly run: (slot: number) => Promise<void> }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /**
  * Coalesces the items that arrive while statements are in flight into one call of `storeBatch`
@@ -115,8 +114,9 @@ export function createBatcher<I, O>(
     },
     ...waitingHooks
   }: BatchHooks = {},
+  clock: Clock = systemClock,
 ): Batcher<I, O> {
-  const waiting = createWaiting<I, O>(limits.maxQueued, waitingHooks)
+  const waiting = createWaiting<I, O>(limits.maxQueued, waitingHooks, clock)
   const tasks: Task[] = []
   // The free slots; a slot is one statement in flight at a time (a connection of its own).
   const free = Array.from({ length: limits.maxInFlight }, (_, i) => limits.maxInFlight - 1 - i)
@@ -135,13 +135,15 @@ export function createBatcher<I, O>(
 
   /** Runs `work` on `slot`; cut loose if it has no answer for `stuckAfterMs`. */
   async function occupy(slot: number, work: () => Promise<void>): Promise<void> {
-    startedAt.set(slot, performance.now())
-    const timer =
-      stuckAfterMs === Number.POSITIVE_INFINITY ? undefined : setTimeout(stuck, stuckAfterMs, slot)
+    startedAt.set(slot, clock.now())
+    const stopTimer =
+      stuckAfterMs === Number.POSITIVE_INFINITY
+        ? undefined
+        : clock.after(stuckAfterMs, () => stuck(slot))
     try {
       await work()
     } finally {
-      clearTimeout(timer)
+      stopTimer?.()
       startedAt.delete(slot)
       free.push(slot)
       schedule()
@@ -218,7 +220,7 @@ export function createBatcher<I, O>(
   }
 
   async function run(batch: Pending<I, O>[], slot: number): Promise<void> {
-    const started = performance.now()
+    const started = clock.now()
     const stopWatching = waiting.watchInFlight(batch)
     let pause = 0
     try {
@@ -234,7 +236,7 @@ export function createBatcher<I, O>(
       }
       // Past the statement: what follows answers its items, whatever a hook does after.
       pause = settle(batch, slot, outcomes)
-      statementRan(batch.length, (performance.now() - started) / 1000)
+      statementRan(batch.length, (clock.now() - started) / 1000)
     } catch (err) {
       // A fault of our own after the items were answered (a hook that threw): reported, and the
       // answers stand.
@@ -243,7 +245,7 @@ export function createBatcher<I, O>(
       stopWatching()
       // The slot takes nothing more for a moment: its connection is being opened again, or the
       // server is still away; the items held may go out on another slot meanwhile.
-      if (pause > 0) await sleep(pause)
+      if (pause > 0) await sleepOn(clock, pause)
     }
   }
 
@@ -262,12 +264,12 @@ export function createBatcher<I, O>(
   function schedule(): void {
     if (!scheduled && (waiting.size() > 0 || tasks.length > 0) && free.length > 0) {
       scheduled = true
-      setImmediate(flush)
+      clock.soon(flush)
     }
   }
 
   function oldestMs(): number {
-    const now = performance.now()
+    const now = clock.now()
     let oldest = 0
     for (const at of startedAt.values()) oldest = Math.max(oldest, now - at)
     return oldest
@@ -276,14 +278,11 @@ export function createBatcher<I, O>(
   function probe<T>(work: (slot: number) => Promise<T>, expiresAt: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       // At the deadline: dropped if still waiting for a slot, answered either way.
-      const timer = setTimeout(
-        () => {
-          const at = tasks.indexOf(task)
-          if (at >= 0) tasks.splice(at, 1)
-          reject(pastDeadline())
-        },
-        Math.max(0, expiresAt - performance.now()),
-      )
+      const stopTimer = clock.after(expiresAt - clock.now(), () => {
+        const at = tasks.indexOf(task)
+        if (at >= 0) tasks.splice(at, 1)
+        reject(pastDeadline())
+      })
       const task: Task = {
         async run(slot) {
           try {
@@ -292,7 +291,7 @@ export function createBatcher<I, O>(
             if (isConnectionLost(err)) connectionLost(slot)
             reject(err)
           } finally {
-            clearTimeout(timer)
+            stopTimer()
           }
         },
       }
@@ -372,6 +371,7 @@ export function batchOnSlots(
   limits: BatchLimits,
   path: () => BatchPath,
   { cutLoose = () => {}, readOnly = () => {}, spans, ...hooks }: SlotHooks = {},
+  clock: Clock = systemClock,
 ) {
   if (slots.length < limits.maxInFlight)
     throw new Error(`${limits.maxInFlight} statements in flight need as many slots`)
@@ -401,13 +401,14 @@ export function batchOnSlots(
         slots[slot]?.cut(new DatabaseUnavailable('the connection was lost'))
       },
     },
+    clock,
   )
   return Object.freeze({
     // A create given no deadline has a request's: none is held through a gap for ever.
     create: (
       plant: NewPlant,
       createdBy: string,
-      expiresAt = performance.now() + createDeadline,
+      expiresAt = clock.now() + createDeadline,
       trace?: Trace,
     ): Promise<CreateOutcome> => batcher.submit({ plant, createdBy, trace }, expiresAt),
     probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number): Promise<T> =>

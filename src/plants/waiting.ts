@@ -1,5 +1,7 @@
+import { type Cancel, type Clock, systemClock } from '../clock.ts'
 import { isUnavailable, type ResendReason } from '../db/reach/unavailable.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
+import { createDeadlineQueue } from './deadline-queue.ts'
 
 /**
  * How a held create ended: answered by the database after resends, unavailable (503 at its
@@ -57,9 +59,10 @@ export const pastDeadline = (lastReason?: ResendReason) =>
 /**
  * The items waiting for a statement, in the order of their deadlines, and every item's one
  * answer: its outcome, or unavailable at its deadline, whether it still waits or its statement
- * is in flight (the driver may stall for seconds while it reconnects). One timer watches the
- * queue's oldest item and one each statement in flight, rather than one per item. At most
- * `maxQueued` wait, with those of `waitingElsewhere`.
+ * is in flight (the driver may stall for seconds while it reconnects). The order is a pure
+ * `DeadlineQueue`; this is its timer shell, on `clock`: one timer watches the queue's oldest
+ * item and one each statement in flight, rather than one per item. At most `maxQueued` wait,
+ * with those of `waitingElsewhere`.
  */
 export function createWaiting<I, O>(
   maxQueued: number,
@@ -69,14 +72,16 @@ export function createWaiting<I, O>(
     expired = () => {},
     waitingElsewhere = () => 0,
   }: WaitingHooks = {},
+  clock: Clock = systemClock,
 ) {
-  const queue: Pending<I, O>[] = []
-  let queueTimer: ReturnType<typeof setTimeout> | undefined
+  const queue = createDeadlineQueue<Pending<I, O>>()
+  let stopWatching: Cancel | undefined
+  let watchedAt = Number.POSITIVE_INFINITY
 
   function answer(p: Pending<I, O>, outcome: O): void {
     if (p.done) return
     p.done = true
-    if (p.heldAt !== undefined) heldEnded('answered', (performance.now() - p.heldAt) / 1000)
+    if (p.heldAt !== undefined) heldEnded('answered', (clock.now() - p.heldAt) / 1000)
     p.resolve(outcome)
   }
 
@@ -84,7 +89,7 @@ export function createWaiting<I, O>(
     if (p.done) return
     p.done = true
     if (p.heldAt !== undefined)
-      heldEnded(isUnavailable(err) ? 'unavailable' : 'fault', (performance.now() - p.heldAt) / 1000)
+      heldEnded(isUnavailable(err) ? 'unavailable' : 'fault', (clock.now() - p.heldAt) / 1000)
     p.reject(err)
   }
 
@@ -94,32 +99,25 @@ export function createWaiting<I, O>(
     fail(p, pastDeadline(p.lastReason))
   }
 
+  /** Watches the queue's head: a timer at its deadline, moved when the head changes. */
   function watchQueue(): void {
-    const head = queue[0]
-    if (queueTimer !== undefined || head === undefined || head.expiresAt === Infinity) return
-    queueTimer = setTimeout(
-      () => {
-        queueTimer = undefined
-        dropExpired()
-        watchQueue()
-      },
-      Math.max(0, head.expiresAt - performance.now()),
-    )
-  }
-
-  /** Watches the queue's head afresh: it changed to one with an earlier deadline. */
-  function rewatchQueue(): void {
-    clearTimeout(queueTimer)
-    queueTimer = undefined
-    watchQueue()
+    const at = queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
+    if (at === watchedAt) return
+    stopWatching?.()
+    stopWatching = undefined
+    watchedAt = at
+    if (at === Number.POSITIVE_INFINITY) return
+    stopWatching = clock.after(at - clock.now(), () => {
+      stopWatching = undefined
+      watchedAt = Number.POSITIVE_INFINITY
+      dropExpired()
+      watchQueue()
+    })
   }
 
   // The queue is in the order of deadlines, so the expired items lead it.
   function dropExpired(): void {
-    const now = performance.now()
-    let count = 0
-    while (count < queue.length && (queue[count]?.expiresAt ?? now) <= now) count++
-    for (const p of queue.splice(0, count)) expire(p)
+    for (const p of queue.takeExpired(clock.now())) expire(p)
   }
 
   /**
@@ -128,22 +126,17 @@ export function createWaiting<I, O>(
    */
   function add(item: I, expiresAt: number): Promise<O> {
     // The one check of the limit on items waiting, whichever batcher of the instance they wait in.
-    if (queue.length + waitingElsewhere() >= maxQueued) return Promise.reject(queueFull(maxQueued))
+    if (queue.size() + waitingElsewhere() >= maxQueued) return Promise.reject(queueFull(maxQueued))
     return new Promise<O>((resolve, reject) => {
-      const p: Pending<I, O> = { item, expiresAt, resolve, reject, done: false }
-      let at = queue.length
-      while (at > 0 && (queue[at - 1]?.expiresAt ?? 0) > p.expiresAt) at--
-      queue.splice(at, 0, p)
-      // A new head has an earlier deadline than the one watched.
-      if (at === 0) rewatchQueue()
-      else watchQueue()
+      queue.insert({ item, expiresAt, resolve, reject, done: false })
+      watchQueue()
     })
   }
 
   /** Takes up to `most` of the items waiting, the earliest deadlines first, for one statement. */
   function take(most: number): Pending<I, O>[] {
     dropExpired()
-    const batch = queue.splice(0, most)
+    const batch = queue.take(most)
     watchQueue()
     return batch
   }
@@ -154,7 +147,7 @@ export function createWaiting<I, O>(
    * the queue past `maxQueued` are refused as a full queue refuses (never sent).
    */
   function putBack(batch: readonly Pending<I, O>[], reason: ResendReason, err: unknown): void {
-    const now = performance.now()
+    const now = clock.now()
     const again: Pending<I, O>[] = []
     let first = 0
     for (const p of batch) {
@@ -171,38 +164,27 @@ export function createWaiting<I, O>(
       again.push(p)
     }
     held(reason, again.length, first, err)
-    // One merge of the two lists in deadline order, rather than an insertion each.
-    again.sort((a, b) => a.expiresAt - b.expiresAt)
-    const merged: Pending<I, O>[] = []
-    let i = 0
-    for (const q of queue) {
-      for (let p = again[i]; p !== undefined && p.expiresAt <= q.expiresAt; p = again[++i])
-        merged.push(p)
-      merged.push(q)
-    }
-    for (let p = again[i]; p !== undefined; p = again[++i]) merged.push(p)
-    queue.length = 0
-    for (const p of merged) queue.push(p)
+    queue.merge(again)
     const room = Math.max(0, maxQueued - waitingElsewhere())
-    for (const p of queue.splice(room)) fail(p, queueFull(maxQueued))
-    rewatchQueue()
+    for (const p of queue.takeBeyond(room)) fail(p, queueFull(maxQueued))
+    watchQueue()
   }
 
   /** Answers each item of a statement in flight at its deadline; returns the stop. */
   function watchInFlight(batch: readonly Pending<I, O>[]): () => void {
-    let timer: ReturnType<typeof setTimeout> | undefined
+    let stop: Cancel | undefined
     const check = () => {
-      const now = performance.now()
+      const now = clock.now()
       let next = Number.POSITIVE_INFINITY
       for (const p of batch) {
         if (p.done) continue
         if (p.expiresAt <= now) expire(p)
         else if (p.expiresAt < next) next = p.expiresAt
       }
-      timer = next === Number.POSITIVE_INFINITY ? undefined : setTimeout(check, next - now)
+      stop = next === Number.POSITIVE_INFINITY ? undefined : clock.after(next - now, check)
     }
     check()
-    return () => clearTimeout(timer)
+    return () => stop?.()
   }
 
   return Object.freeze({
@@ -213,6 +195,6 @@ export function createWaiting<I, O>(
     answer,
     fail,
     /** Items waiting for a statement (not those in flight). */
-    size: () => queue.length,
+    size: queue.size,
   })
 }

@@ -1,0 +1,36 @@
+/**
+ * Time as the create path reads it: a monotonic `now` (ms, `performance.now()`'s scale, never
+ * the wall), a timer, and a turn of the event loop. The batcher, the waiting queue and the HTTP
+ * server take one, so that their tests replace it (test/helpers/clock.ts) and assert orders and
+ * deadlines without waiting on real time.
+ */
+export type Clock = {
+  /** Milliseconds on a monotonic scale: only differences mean anything. */
+  readonly now: () => number
+  /** Runs `run` once, `ms` from now; the function returned cancels it. */
+  readonly after: (ms: number, run: () => void) => Cancel
+  /** Runs `run` after the current I/O phase (`setImmediate`): what arrived in it goes together. */
+  readonly soon: (run: () => void) => void
+}
+
+/** Cancels a timer; cancelling one that ran, or twice, does nothing. */
+export type Cancel = () => void
+
+/** The process's own clock. */
+export const systemClock: Clock = Object.freeze({
+  now: () => performance.now(),
+  after(ms: number, run: () => void): Cancel {
+    const timer = setTimeout(run, Math.max(0, ms))
+    return () => clearTimeout(timer)
+  },
+  soon(run: () => void): void {
+    setImmediate(run)
+  },
+})
+
+/** A promise that resolves `ms` from now on `clock`. */
+export function sleepOn(clock: Clock, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    clock.after(ms, resolve)
+  })
+}
