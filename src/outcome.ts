@@ -26,9 +26,40 @@ export function isFailure<T>(outcome: T): outcome is Extract<T, Refusal> {
 export type UnavailableReason = 'queue_full' | 'deadline' | 'database'
 
 /**
- * The one exception an answer expects: PostgreSQL cannot be reached or does not answer in time.
- * The store throws it; the HTTP adapter answers it 503 (50301). The rest of the database
- * vocabulary (what counts as unavailable, deadlines) is db/reach/unavailable.ts.
+ * A create (or a check) the database could not take now: answered 503 (50301) with
+ * `Retry-After`, and counted by `reason` in `plant_store_database_unavailable_total`. `detail`
+ * says what happened, for the request's log line (never SQL or a token); `cause` is the error
+ * it came from, if any.
+ */
+export type Unavailable = {
+  readonly kind: 'unavailable'
+  readonly reason: UnavailableReason
+  readonly detail: string
+  readonly cause?: unknown
+}
+
+/** A create that ended neither stored nor unavailable: a bug or an unexpected error (500). */
+export type Fault = { readonly kind: 'fault'; readonly error: unknown }
+
+export function unavailable(
+  detail: string,
+  reason: UnavailableReason = 'database',
+  cause?: unknown,
+): Unavailable {
+  return cause === undefined
+    ? { kind: 'unavailable', reason, detail }
+    : { kind: 'unavailable', reason, detail, cause }
+}
+
+export function fault(error: unknown): Fault {
+  return { kind: 'fault', error }
+}
+
+/**
+ * The error the database layer throws when PostgreSQL cannot be reached or does not answer in
+ * time (a connection cut loose, a probe's deadline). It never leaves the create path as a
+ * throw: `outcomeOfError` (db/reach/unavailable.ts, with the rest of the database's
+ * vocabulary: what counts as unavailable, deadlines) makes it an `Unavailable` value.
  */
 export class DatabaseUnavailable extends Error {
   override name = 'DatabaseUnavailable'

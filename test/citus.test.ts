@@ -7,7 +7,6 @@ import { nodeUrl } from '../src/db/node.ts'
 import { freePort } from '../src/db/start/embedded.ts'
 import { migrationNames } from '../src/db/start/migrate.ts'
 import { limits } from '../src/limits.ts'
-import { DatabaseUnavailable } from '../src/outcome.ts'
 import {
   hashInt8,
   plantsShardCount,
@@ -359,17 +358,12 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const ids = Array.from({ length: 40 }, (_, i) => BigInt(9_500_000_000 + i * 7919))
     assert.equal(new Set(ids.map((id) => placementOf(id).group)).size, 2, 'ids on both workers')
     // All submitted in one tick: none can have gone to a statement yet, so all wait.
-    const outcomes = await Promise.allSettled(
+    const outcomes = await Promise.all(
       ids.map((id) => server.store.create({ id, name: `queued ${id}` }, 'test')),
     )
-    const refused = outcomes.filter(
-      (o) =>
-        o.status === 'rejected' &&
-        o.reason instanceof DatabaseUnavailable &&
-        o.reason.reason === 'queue_full',
-    )
+    const refused = outcomes.filter((o) => o.kind === 'unavailable' && o.reason === 'queue_full')
     assert.equal(outcomes.length - refused.length, maxQueued, JSON.stringify(outcomes.slice(0, 6)))
-    assert.ok(outcomes.every((o) => o.status === 'fulfilled' || refused.includes(o)))
+    assert.ok(outcomes.every((o) => o.kind === 'created' || refused.includes(o)))
   })
 
   test('an instance on a worker runs one statement at a time on each worker, however many creates wait: fuller batches', async (t) => {

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { limits as contractLimits } from '../src/limits.ts'
-import { DatabaseUnavailable } from '../src/outcome.ts'
 import type { CreateOutcome } from '../src/plants/batch-sql.ts'
 import { type BatchLimits, batchOnSlots } from '../src/plants/batcher.ts'
 import type { NewPlant } from '../src/plants/schema.ts'
@@ -43,7 +42,7 @@ async function transactionsOf(d: TestDatabase, ids: bigint[]): Promise<number> {
 }
 
 const summary = (r: PromiseSettledResult<CreateOutcome>) =>
-  r.status === 'rejected' ? 'rejected' : r.value.kind === 'failure' ? r.value.code : r.value.kind
+  r.status === 'rejected' ? 'rejected' : r.value.kind
 
 describe('batched creates: one statement, each request its own outcome', () => {
   const store = storeOn(db.url)
@@ -60,7 +59,7 @@ describe('batched creates: one statement, each request its own outcome', () => {
     assert.deepEqual({ ...rows[0] }, { name: 'plant 1', tag: 'odd' })
   })
 
-  test('duplicates within one batch: the first is created, an identical one is a retry, a different one 40009', async () => {
+  test('duplicates within one batch: the first is created, an identical one is a retry, a different one a conflict', async () => {
     const id = BigInt(uniqueId())
     const results = await together(store, [
       plant(id, 'Fern', 'f'),
@@ -68,7 +67,7 @@ describe('batched creates: one statement, each request its own outcome', () => {
       plant(id, 'Moss'),
       plant(id, 'Fern', 'f'),
     ])
-    assert.deepEqual(results.map(summary), ['created', 'retry', 40009, 'retry'])
+    assert.deepEqual(results.map(summary), ['created', 'retry', 'conflict', 'retry'])
     const rows = await db.sql`select name, tag from plants where id = ${String(id)}::int8`
     assert.deepEqual(
       rows.map((r) => ({ ...r })),
@@ -84,13 +83,13 @@ describe('batched creates: one statement, each request its own outcome', () => {
       plant(b, 'Basil', 'spice'),
       plant(c, 'Cactus'),
     ])
-    assert.deepEqual(results.map(summary), ['retry', 40009, 'created'])
+    assert.deepEqual(results.map(summary), ['retry', 'conflict', 'created'])
     const ok = results[0]
     assert.ok(ok?.status === 'fulfilled' && ok.value.kind === 'retry')
     assert.deepEqual(ok.value.plant, { name: 'Aloe' })
     const conflict = results[1]
-    assert.ok(conflict?.status === 'fulfilled' && conflict.value.kind === 'failure')
-    assert.ok(conflict.value.message.includes(String(b)))
+    assert.ok(conflict?.status === 'fulfilled' && conflict.value.kind === 'conflict')
+    assert.equal(conflict.value.id, b)
   })
 
   test('a database error on one row of a batch fails only that create; the others are stored', async () => {
@@ -105,12 +104,11 @@ describe('batched creates: one statement, each request its own outcome', () => {
       plant(ids[1] ?? 0n, 'bad'),
       plant(ids[2] ?? 0n, 'also good'),
     ])
-    assert.deepEqual(results.map(summary), ['created', 'rejected', 'created'])
-    const rejected = results[1]
-    assert.ok(
-      rejected?.status === 'rejected' && !(rejected.reason instanceof DatabaseUnavailable),
-      'a fault, not unavailability',
-    )
+    // A fault, not unavailability: answered 500 by the handler.
+    assert.deepEqual(results.map(summary), ['created', 'fault', 'created'])
+    const bad = results[1]
+    assert.ok(bad?.status === 'fulfilled' && bad.value.kind === 'fault')
+    assert.match(String(bad.value.error), /refused/)
     const rows = await d.sql`select name from plants order by name`
     assert.deepEqual(
       rows.map((r) => r.name),
@@ -121,10 +119,8 @@ describe('batched creates: one statement, each request its own outcome', () => {
   test('over the queue limit a create is refused at once as unavailable', async () => {
     const s = storeOn(db.url, { maxBatch: 10, maxInFlight: 1, maxQueued: 3 })
     const pending = [1, 2, 3].map(() => s.create(plant(BigInt(uniqueId()), 'queued'), 'batch-test'))
-    await assert.rejects(
-      s.create(plant(BigInt(uniqueId()), 'one too many'), 'batch-test'),
-      DatabaseUnavailable,
-    )
+    const refused = await s.create(plant(BigInt(uniqueId()), 'one too many'), 'batch-test')
+    assert.ok(refused.kind === 'unavailable' && refused.reason === 'queue_full', refused.kind)
     assert.deepEqual(
       (await Promise.all(pending)).map((o) => o.kind),
       ['created', 'created', 'created'],
@@ -142,17 +138,20 @@ describe('a create given no deadline', () => {
     const deadline = contractLimits.database.request - contractLimits.database.answerMargin
     let timer: NodeJS.Timeout | undefined
     const ended = await Promise.race([
-      s.create(plant(BigInt(uniqueId()), 'no deadline'), 'batch-test').then(
-        () => 'stored',
-        (err: unknown) => err,
-      ),
+      s.create(plant(BigInt(uniqueId()), 'no deadline'), 'batch-test'),
       new Promise((resolve) => {
         timer = setTimeout(resolve, deadline + 5_000, 'still held')
       }),
     ])
     clearTimeout(timer)
     const ms = performance.now() - started
-    assert.ok(ended instanceof DatabaseUnavailable, `ended as ${String(ended)}`)
+    assert.ok(
+      typeof ended === 'object' &&
+        ended !== null &&
+        'kind' in ended &&
+        ended.kind === 'unavailable',
+      `ended as ${JSON.stringify(ended)}`,
+    )
     assert.ok(ms >= deadline - 50 && ms < deadline + 1_000, `answered after ${Math.round(ms)} ms`)
   })
 })

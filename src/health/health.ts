@@ -1,10 +1,10 @@
 import { diskFullMessage } from '../db/reach/unavailable.ts'
 import { migrationNames, migrationsTable } from '../db/start/migrate.ts'
-import { failure } from '../http/errors.ts'
+import { answerOf, failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
 import { limits } from '../limits.ts'
 import type { Log } from '../log.ts'
-import { DatabaseUnavailable, type UnavailableReason } from '../outcome.ts'
+import { DatabaseUnavailable, type UnavailableReason, unavailable } from '../outcome.ts'
 import type { PlantStore } from '../plants/store.ts'
 
 /** `GET /healthz`: the process runs; the database is not consulted. */
@@ -113,9 +113,8 @@ export function createReadyz(
       else log.warn(`readiness: not ready, ${verdict.reason}`)
     }
     if (verdict.ready) return reply({ status: 'ready' })
-    const refusal = failure(50301, verdict.reason)
-    return verdict.unavailable === undefined
-      ? refusal
-      : { ...refusal, unavailable: { reason: verdict.unavailable, detail: verdict.reason } }
+    // Leaving is the instance's, not the database's: a 503 that is not counted as one.
+    if (verdict.unavailable === undefined) return failure(50301, verdict.reason)
+    return answerOf(unavailable(verdict.reason, verdict.unavailable), verdict.reason)
   }
 }

@@ -1,5 +1,5 @@
 import { limits } from '../limits.ts'
-import type { Refusal } from '../outcome.ts'
+import type { Fault, Refusal, Unavailable, UnavailableReason } from '../outcome.ts'
 
 /**
  * The error table of the contract: every code the service answers with, its HTTP status and the
@@ -75,5 +75,28 @@ export function failureHeaders(f: Failure): Record<string, string> {
       return { 'retry-after': String(limits.retryAfterSeconds) }
     default:
       return {}
+  }
+}
+
+/** A 503 for the database, with what the server counts it by and logs of it. */
+export type UnavailableAnswer = Failure & {
+  readonly unavailable: { readonly reason: UnavailableReason; readonly detail: string }
+}
+
+/**
+ * The one answer to a database outcome that is not a value, for `POST /plants` and `/readyz`
+ * alike: unavailable is 503 (50301, `Retry-After`), saying `message`, with its reason and detail
+ * beside, by which the server counts every database 503 once
+ * (`plant_store_database_unavailable_total`) and logs it; a fault is thrown, to be answered 500
+ * (50001) and logged with its stack by the server, as every fault is.
+ */
+export function answerOf(
+  outcome: Unavailable | Fault,
+  message = 'the database is unavailable; try again shortly',
+): UnavailableAnswer {
+  if (outcome.kind === 'fault') throw outcome.error
+  return {
+    ...failure(50301, message),
+    unavailable: { reason: outcome.reason, detail: outcome.detail },
   }
 }

@@ -1,14 +1,25 @@
 import type { Sql } from 'postgres'
-import { type Failure, failure } from '../http/errors.ts'
 import type { Trace } from '../http/trace-context.ts'
+import type { Fault, Unavailable } from '../outcome.ts'
 import { type Placement, splitByPlacement, type WriteShape } from './citus.ts'
 import type { NewPlant, Plant } from './schema.ts'
 
 // The SQL of a batch of creates: one statement (or, on Citus, one per worker or shard) for all
 // of them, and each create's own outcome decided from what the table holds.
 
-/** The outcome of a create: stored now, an identical retry, or a conflicting id (40009). */
-export type CreateOutcome = { kind: 'created' | 'retry'; plant: Plant } | Failure
+/**
+ * What the table says of a create: stored now, an identical retry, or a conflict (its id is
+ * stored with another name or tag).
+ */
+export type StoredOutcome =
+  | { readonly kind: 'created' | 'retry'; readonly plant: Plant }
+  | { readonly kind: 'conflict'; readonly id: bigint }
+
+/**
+ * How a create ends, whatever ended it: what the table says, unavailable (503: no database took
+ * it in time, or too many wait), or a fault (500). The one shape from the store to the handler.
+ */
+export type CreateOutcome = StoredOutcome | Unavailable | Fault
 
 /**
  * How a batch is sent: `unnest` (plain PostgreSQL) or `values`; with `placementOf` (where an
@@ -35,11 +46,11 @@ function toPlant(row: Stored): Plant {
 }
 
 /** Decides between retry (same name and tag) and conflict for an id that is already stored. */
-function decideExisting(plant: NewPlant, stored: Stored): CreateOutcome {
+function decideExisting(plant: NewPlant, stored: Stored): StoredOutcome {
   if (stored.name === plant.name && stored.tag === (plant.tag ?? null)) {
     return { kind: 'retry', plant: toPlant(stored) }
   }
-  return failure(40009, `id ${plant.id}: a plant with this id exists with a different name or tag`)
+  return { kind: 'conflict', id: plant.id }
 }
 
 /** Inserts `rows` as one multi-row VALUES statement; the ids inserted. */
@@ -146,7 +157,7 @@ export async function storeBatch(
   sql: Sql,
   batch: readonly NewRow[],
   path: BatchPath,
-): Promise<(CreateOutcome | Error)[]> {
+): Promise<(StoredOutcome | Error)[]> {
   const { shape, placementOf } = path
   const first = new Map<string, NewRow>()
   for (const row of batch) {

@@ -20,7 +20,13 @@ import {
   storeBatch,
 } from './batch-sql.ts'
 import type { NewPlant } from './schema.ts'
-import { createWaiting, type Pending, pastDeadline, type WaitingHooks } from './waiting.ts'
+import {
+  createWaiting,
+  type Pending,
+  pastDeadline,
+  type Settled,
+  type WaitingHooks,
+} from './waiting.ts'
 
 /** How items are grouped into statements. */
 export type BatchLimits = {
@@ -64,11 +70,12 @@ export type BatchHooks = WaitingHooks & {
 /** Queues items and hands them to a store-a-batch function, each with its own outcome. */
 export type Batcher<I, O> = {
   /**
-   * Resolves with the item's outcome once its batch is stored. At `expiresAt` (a
-   * time on its clock) it rejects as unavailable (deadline), whether its batch is in
-   * flight or not yet sent; an item not yet sent is then dropped, never sent.
+   * Resolves with the item's outcome once its batch is stored; never rejects. At `expiresAt` (a
+   * time on its clock) it resolves unavailable (deadline), whether its batch is in flight or not
+   * yet sent; an item not yet sent is then dropped, never sent. An item that failed otherwise is
+   * unavailable or a fault, by what it failed with.
    */
-  readonly submit: (item: I, expiresAt?: number) => Promise<O>
+  readonly submit: (item: I, expiresAt?: number) => Promise<Settled<O>>
   /**
    * Runs `work` on the next free slot, before any batch waiting, as the batches run: to see
    * whether statements get through now. Rejects as unavailable at `expiresAt`.
@@ -300,10 +307,10 @@ export function createBatcher<I, O>(
     }).catch(translateUnavailable)
   }
 
-  function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<O> {
+  function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<Settled<O>> {
     const outcome = waiting.add(item, expiresAt)
     schedule()
-    return outcome.catch(translateUnavailable)
+    return outcome
   }
 
   return Object.freeze({

@@ -2,11 +2,11 @@ import type { IncomingMessage } from 'node:http'
 import { authenticate, expiryNotice } from '../auth/authenticate.ts'
 import type { TokenCache, TokenEntry } from '../auth/token-cache.ts'
 import { checkContentHeaders, readBody } from '../http/body.ts'
-import { type Failure, failure, tooMany } from '../http/errors.ts'
+import { answerOf, type Failure, failure, tooMany } from '../http/errors.ts'
 import type { Buckets } from '../http/rate-limit.ts'
 import { type Handler, type Outcome, type RequestContext, reply } from '../http/types.ts'
 import type { CreateOutcomeLabel } from '../metrics/metrics.ts'
-import { DatabaseUnavailable, isFailure } from '../outcome.ts'
+import { type Fault, isFailure } from '../outcome.ts'
 import type { CreateOutcome } from './batch-sql.ts'
 import { parseJsonBody } from './parse-json.ts'
 import { type NewPlant, validateNewPlant } from './schema.ts'
@@ -100,42 +100,46 @@ export function createPlantHandler({
     }
 
     const ended = await readAndStore(req, ctx, store, tokenName, databaseDeadlineMs)
-    createAnswered(outcomeLabel(ended))
-    return { ...answerOf(ended), ...(headers && { headers }), tokenName }
+    // A fault is thrown here, for the server's 500: it is no outcome of a create to count.
+    const answer = answerOfCreate(ended)
+    if (ended.kind !== 'fault') createAnswered(outcomeLabel(ended))
+    return { ...answer, ...(headers && { headers }), tokenName }
   }
 }
 
-/** The answer to how a create ended: the plant, its refusal, or a 503 for the database. */
-function answerOf(ended: CreateOutcome | Failure | DatabaseUnavailable): Outcome {
-  if (ended instanceof DatabaseUnavailable)
-    return {
-      ...failure(50301, 'the database is unavailable; try again shortly'),
-      unavailable: { reason: ended.reason, detail: ended.message },
-    }
-  return isFailure(ended) ? ended : reply(ended.plant)
+/** The answer to how a create ended: the plant, its refusal, or the database's outcome. */
+function answerOfCreate(ended: CreateOutcome | Failure): Outcome {
+  switch (ended.kind) {
+    case 'created':
+    case 'retry':
+      return reply(ended.plant)
+    case 'conflict':
+      return failure(
+        40009,
+        `id ${ended.id}: a plant with this id exists with a different name or tag`,
+      )
+    case 'unavailable':
+    case 'fault':
+      return answerOf(ended)
+    default:
+      return ended
+  }
 }
 
-/**
- * The body read and checked, then stored: how the create ended, a 503 for the database
- * included (any other throw is a fault, and propagates).
- */
+/** The body read and checked, then stored: how the create ended (never a throw of the store). */
 async function readAndStore(
   req: IncomingMessage,
   { sendContinue, receivedAt, trace }: RequestContext,
   store: PlantStore,
   tokenName: string,
   deadlineMs: number,
-): Promise<CreateOutcome | Failure | DatabaseUnavailable> {
+): Promise<CreateOutcome | Failure> {
   const plant = await readNewPlant(req, sendContinue)
   if (isFailure(plant)) return plant
-  return store
-    .create(plant, tokenName, receivedAt + deadlineMs, trace)
-    .catch((err: unknown) => (err instanceof DatabaseUnavailable ? err : Promise.reject(err)))
+  return store.create(plant, tokenName, receivedAt + deadlineMs, trace)
 }
 
-/** What a create that got past authentication came to, for the metrics. */
-function outcomeLabel(ended: CreateOutcome | Failure | DatabaseUnavailable): CreateOutcomeLabel {
-  if (ended instanceof DatabaseUnavailable) return 'unavailable'
-  if (isFailure(ended)) return ended.code === 40009 ? 'conflict' : 'invalid'
-  return ended.kind
+/** What a create that got past authentication came to, for the metrics (a fault is not one). */
+function outcomeLabel(ended: Exclude<CreateOutcome, Fault> | Failure): CreateOutcomeLabel {
+  return ended.kind === 'failure' ? 'invalid' : ended.kind
 }

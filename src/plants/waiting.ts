@@ -1,6 +1,6 @@
 import { type Cancel, type Clock, systemClock } from '../clock.ts'
-import { isUnavailable, type ResendReason } from '../db/reach/unavailable.ts'
-import { DatabaseUnavailable } from '../outcome.ts'
+import { outcomeOfError, type ResendReason } from '../db/reach/unavailable.ts'
+import { type Fault, type Unavailable, unavailable } from '../outcome.ts'
 import { createDeadlineQueue } from './deadline-queue.ts'
 
 /**
@@ -9,12 +9,14 @@ import { createDeadlineQueue } from './deadline-queue.ts'
  */
 export type HeldOutcome = 'answered' | 'unavailable' | 'fault'
 
+/** How an item ends: its outcome, unavailable (503), or a fault (500). Never a rejection. */
+export type Settled<O> = O | Unavailable | Fault
+
 /** An item that waits for its outcome: queued, in a statement in flight, or held. */
 export type Pending<I, O> = {
   readonly item: I
   readonly expiresAt: number
-  readonly resolve: (outcome: O) => void
-  readonly reject: (err: unknown) => void
+  readonly resolve: (outcome: Settled<O>) => void
   /** Answered: never sent again, and a later outcome changes nothing. */
   done: boolean
   /** When its first statement failed for want of a database (held), and why the last did. */
@@ -45,15 +47,15 @@ export type WaitingHooks = {
 
 /** The refusal of an item past `maxQueued` waiting (503, `queue_full`). */
 const queueFull = (maxQueued: number) =>
-  new DatabaseUnavailable(`more than ${maxQueued} creates are waiting`, { reason: 'queue_full' })
+  unavailable(`more than ${maxQueued} creates are waiting`, 'queue_full')
 
 /** The answer at a deadline: `lastReason`, if the item was held, says what it was sent again for. */
 export const pastDeadline = (lastReason?: ResendReason) =>
-  new DatabaseUnavailable(
+  unavailable(
     lastReason === undefined
       ? "no answer from the database before the request's deadline"
       : `no database took the create before the request's deadline (sent again while ${lastReason.replaceAll('_', ' ')})`,
-    { reason: 'deadline' },
+    'deadline',
   )
 
 /**
@@ -78,25 +80,31 @@ export function createWaiting<I, O>(
   let stopWatching: Cancel | undefined
   let watchedAt = Number.POSITIVE_INFINITY
 
-  function answer(p: Pending<I, O>, outcome: O): void {
+  function end(p: Pending<I, O>, outcome: Settled<O>, how: HeldOutcome): void {
     if (p.done) return
     p.done = true
-    if (p.heldAt !== undefined) heldEnded('answered', (clock.now() - p.heldAt) / 1000)
+    if (p.heldAt !== undefined) heldEnded(how, (clock.now() - p.heldAt) / 1000)
     p.resolve(outcome)
   }
 
+  /** Answers `p` with what the database said of it. */
+  function answer(p: Pending<I, O>, outcome: O): void {
+    end(p, outcome, 'answered')
+  }
+
+  /** Answers `p` unavailable, or as a fault, by what its statement ended with. */
   function fail(p: Pending<I, O>, err: unknown): void {
-    if (p.done) return
-    p.done = true
-    if (p.heldAt !== undefined)
-      heldEnded(isUnavailable(err) ? 'unavailable' : 'fault', (clock.now() - p.heldAt) / 1000)
-    p.reject(err)
+    refuse(p, outcomeOfError(err))
+  }
+
+  function refuse(p: Pending<I, O>, outcome: Unavailable | Fault): void {
+    end(p, outcome, outcome.kind)
   }
 
   function expire(p: Pending<I, O>): void {
     if (p.done) return
     expired()
-    fail(p, pastDeadline(p.lastReason))
+    refuse(p, pastDeadline(p.lastReason))
   }
 
   /** Watches the queue's head: a timer at its deadline, moved when the head changes. */
@@ -122,13 +130,14 @@ export function createWaiting<I, O>(
 
   /**
    * Queues `item` by its deadline (last, unless it came after a later one); resolves with its
-   * outcome. Refused at once, never queued, when `maxQueued` already wait.
+   * outcome, never rejects. Refused at once (unavailable, `queue_full`), never queued, when
+   * `maxQueued` already wait.
    */
-  function add(item: I, expiresAt: number): Promise<O> {
+  function add(item: I, expiresAt: number): Promise<Settled<O>> {
     // The one check of the limit on items waiting, whichever batcher of the instance they wait in.
-    if (queue.size() + waitingElsewhere() >= maxQueued) return Promise.reject(queueFull(maxQueued))
-    return new Promise<O>((resolve, reject) => {
-      queue.insert({ item, expiresAt, resolve, reject, done: false })
+    if (queue.size() + waitingElsewhere() >= maxQueued) return Promise.resolve(queueFull(maxQueued))
+    return new Promise<Settled<O>>((resolve) => {
+      queue.insert({ item, expiresAt, resolve, done: false })
       watchQueue()
     })
   }
@@ -166,7 +175,7 @@ export function createWaiting<I, O>(
     held(reason, again.length, first, err)
     queue.merge(again)
     const room = Math.max(0, maxQueued - waitingElsewhere())
-    for (const p of queue.takeBeyond(room)) fail(p, queueFull(maxQueued))
+    for (const p of queue.takeBeyond(room)) refuse(p, queueFull(maxQueued))
     watchQueue()
   }
 

@@ -1,6 +1,12 @@
 import { limits } from '../../limits.ts'
 import { describeError } from '../../log.ts'
-import { DatabaseUnavailable } from '../../outcome.ts'
+import {
+  DatabaseUnavailable,
+  type Fault,
+  fault,
+  type Unavailable,
+  unavailable,
+} from '../../outcome.ts'
 
 /**
  * Why a statement failed for want of a database, when sending it again may succeed once the
@@ -162,16 +168,26 @@ export function resendReason(err: unknown): ResendReason | undefined {
   return citusNodeLostReason(code, message)
 }
 
+/**
+ * The one reading of an error a statement (or our own code around it) ended with: unavailable
+ * (`isUnavailable`: its reason, and what happened in words without SQL, for the log line), or a
+ * fault.
+ */
+export function outcomeOfError(err: unknown): Unavailable | Fault {
+  if (err instanceof DatabaseUnavailable) return unavailable(err.message, err.reason, err.cause)
+  if (!isUnavailable(err)) return fault(err)
+  const code = (err as { code: string }).code
+  const what =
+    diskFullMessage(err) === undefined ? 'database error' : "the database's disk is full:"
+  return unavailable(`${what} ${code}`, 'database', err)
+}
+
 /** Rethrows driver errors that mean "unavailable" as `DatabaseUnavailable`, others unchanged. */
 export function translateUnavailable(err: unknown): never {
+  const outcome = outcomeOfError(err)
+  if (outcome.kind === 'fault') throw err
   if (err instanceof DatabaseUnavailable) throw err
-  if (isUnavailable(err)) {
-    const code = (err as { code: string }).code
-    const what =
-      diskFullMessage(err) === undefined ? 'database error' : "the database's disk is full:"
-    throw new DatabaseUnavailable(`${what} ${code}`, { cause: err })
-  }
-  throw err
+  throw new DatabaseUnavailable(outcome.detail, { reason: outcome.reason, cause: err })
 }
 
 /**
