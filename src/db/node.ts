@@ -68,7 +68,10 @@ export async function citusNodeOf(url: string, log: Log): Promise<CitusNode | un
 
 /** Each Citus group's primary (`host:port`) as pg_dist_node names it now, read again often. */
 export type CitusPrimaries = {
-  /** Group `group`'s primary now; undefined where pg_dist_node names none. */
+  /**
+   * Group `group`'s primary now, or its last one while pg_dist_node names none active;
+   * undefined for a group it never named.
+   */
   readonly of: (group: number) => string | undefined
   readonly all: () => ReadonlyMap<number, string>
   /** Hears of each group whose primary changed: the new one, and the one before. */
@@ -95,7 +98,7 @@ const readPrimaries = async (sql: Sql) =>
 export async function followCitusPrimaries(
   url: string,
   log: Log,
-  everyMs = limits.citus.primariesCheck,
+  everyMs: number = limits.citus.primariesCheck,
 ): Promise<CitusPrimaries> {
   const sql = createSql(url, log, { max: 1, applicationName: 'plant-store nodes' })
   let current: ReadonlyMap<number, string>
@@ -106,15 +109,31 @@ export async function followCitusPrimaries(
     throw err
   }
   const listeners: ((group: number, node: string, was: string) => void)[] = []
+  // The groups pg_dist_node named no active primary for at the last read.
+  let dropped = new Set<number>()
   let reading = false
   const timer = setInterval(async () => {
     if (reading) return
     reading = true
     try {
-      const next = await withDeadline(readPrimaries(sql), Math.max(everyMs, 2000))
+      const read = await withDeadline(readPrimaries(sql), Math.max(everyMs, 2000))
       const before = current
+      const next = new Map(read)
+      // A group that drops out of the active primaries (a failover under way, a node disabled)
+      // keeps its last one: its creates go on being sent there, and held while it is away,
+      // until pg_dist_node names a primary again.
+      for (const [group, node] of before) {
+        if (read.has(group)) continue
+        next.set(group, node)
+        if (!dropped.has(group))
+          log.warn(
+            `pg_dist_node names no active primary for Citus group ${group}; its creates go on to its last one, ${node}`,
+            { group, node },
+          )
+      }
+      dropped = new Set([...before.keys()].filter((group) => !read.has(group)))
       current = next
-      for (const [group, node] of next) {
+      for (const [group, node] of read) {
         const was = before.get(group)
         if (was === undefined || was === node) continue
         log.info(`pg_dist_node: the primary of Citus group ${group} is now ${node}, was ${was}`, {

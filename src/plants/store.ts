@@ -204,12 +204,22 @@ function openRoutedStore(
     for (const other of all) if (other !== opened()) waiting += other.queued()
     return waiting
   }
+  /**
+   * Group `group`'s primary, read at each connect: opened only for a group pg_dist_node names one
+   * for, which `primaries` keeps while it names none.
+   */
+  const primaryOf = (group: number) => {
+    const first = primaries.of(group)
+    if (first === undefined)
+      throw new Error(`pg_dist_node names no primary for Citus group ${group}`)
+    return () => primaries.of(group) ?? first
+  }
   /** This group's batching on `url`, or another `group`'s on its current primary. */
   const open = (group?: number) => {
     let opened: Batching | undefined
-    const node = () => (group === undefined ? undefined : primaries.of(group)) ?? 'unknown'
+    const node = group === undefined ? undefined : primaryOf(group)
     opened = openBatching(url, log, options, batchLimits, oneStatement, {
-      ...(group !== undefined && { node, current: () => nodeUrl(url, node()) }),
+      ...(node && { node, current: () => nodeUrl(url, node()) }),
       waitingElsewhere: waitingBeside(() => opened),
     })
     all.push(opened)
