@@ -75,6 +75,34 @@ describe('createBatcher', () => {
     assert.match(String(faults[0]), /a bug in the gap tracker/)
   })
 
+  test('a hook that throws after a statement failed leaves no item unanswered: the batch is held and sent again, and the fault is reported', async () => {
+    const faults: unknown[] = []
+    let sends = 0
+    const b = createBatcher(
+      async (items: readonly number[]) => {
+        if (sends++ === 0)
+          throw Object.assign(new Error('cannot execute INSERT in a read-only transaction'), {
+            code: '25006',
+          })
+        return items.map((i) => i * 10)
+      },
+      { maxBatch: 100, maxInFlight: 1, maxQueued: 1000 },
+      {
+        readOnly: () => {
+          throw new Error('a bug in the read-only hook')
+        },
+        fault: (err) => faults.push(err),
+      },
+    )
+    const all = [1, 2].map((i) => b.submit(i, performance.now() + 5000).then(short))
+    assert.deepEqual(await Promise.all(all), [10, 20])
+    assert.equal(sends, 2)
+    assert.deepEqual(
+      faults.map((f) => (f as Error).message),
+      ['a bug in the read-only hook'],
+    )
+  })
+
   test('a batch holds at most maxBatch items, and at most maxInFlight statements run at once', async () => {
     const { batches, store, releaseAll } = gatedStore()
     const b = createBatcher(store, { maxBatch: 2, maxInFlight: 2, maxQueued: 1000 })

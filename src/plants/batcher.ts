@@ -200,30 +200,38 @@ export function createBatcher<I, O>(
     return why === undefined ? 0 : pauseAfterFailure(slot)
   }
 
-  /** A statement that failed as a whole: held, refused, or its items tried one at a time. */
+  /**
+   * A statement that failed as a whole: held, refused, or its items tried one at a time; the
+   * hooks last, once every item is answered or held again, so that one that throws (reported as
+   * a fault) leaves none unanswered. Returns the slot's pause.
+   */
   async function statementFailed(batch: Pending<I, O>[], slot: number, err: unknown) {
-    if ((err as { code?: unknown }).code === '25006') readOnly(slot)
-    if (isConnectionLost(err)) connectionLost(slot)
     const reason = resendReason(err)
+    const unavailable = isUnavailable(err)
+    let pause = 0
     if (reason !== undefined) {
       waiting.putBack(batch, reason, err)
-      return pauseAfterFailure(slot)
-    }
-    const unavailable = isUnavailable(err)
-    if (unavailable || batch.length === 1) {
-      if (unavailable) refused(batch.length, err)
+      pause = pauseAfterFailure(slot)
+    } else if (unavailable || batch.length === 1) {
       for (const p of batch) waiting.fail(p, err)
-      return 0
-    }
-    await Promise.all(
-      batch.map((p) =>
-        storeAlone(p.item, slot).then(
-          (outcome) => waiting.answer(p, outcome),
-          (e: unknown) => waiting.fail(p, e),
+    } else {
+      await Promise.all(
+        batch.map((p) =>
+          storeAlone(p.item, slot).then(
+            (outcome) => waiting.answer(p, outcome),
+            (e: unknown) => waiting.fail(p, e),
+          ),
         ),
-      ),
-    )
-    return 0
+      )
+    }
+    try {
+      if ((err as { code?: unknown }).code === '25006') readOnly(slot)
+      if (isConnectionLost(err)) connectionLost(slot)
+      if (reason === undefined && unavailable) refused(batch.length, err)
+    } catch (hookErr) {
+      fault(hookErr)
+    }
+    return pause
   }
 
   async function run(batch: Pending<I, O>[], slot: number): Promise<void> {

@@ -1,8 +1,5 @@
 /** Polls `check` every 20 ms until it is true; resolves with the milliseconds that took. */
-export async function within(
-  ms: number,
-  check: () => boolean | Promise<boolean>,
-): Promise<number> {
+export async function within(ms: number, check: () => boolean | Promise<boolean>): Promise<number> {
   const started = performance.now()
   while (performance.now() - started < ms) {
     if (await check()) return performance.now() - started
