@@ -1,4 +1,4 @@
-import { diskFullMessage } from '../db/reach/unavailable.ts'
+import { readError } from '../db/reach/unavailable.ts'
 import { migrationNames, migrationsTable } from '../db/start/migrate.ts'
 import { answerOf, failure } from '../http/errors.ts'
 import { type Handler, reply } from '../http/types.ts'
@@ -27,19 +27,18 @@ const diskFullReason =
  * statement in flight has waited; past the deadline, the creates themselves are stuck.
  */
 function unreadyReason(err: unknown, deadlineMs: number, inFlight: number, oldestMs: number) {
-  if (diskFullMessage(err) !== undefined) return diskFullReason
+  const read = readError(err)
+  if (read.diskFull !== undefined) return diskFullReason
   if (err instanceof DatabaseUnavailable) {
-    const cause = (err.cause as { code?: unknown } | undefined)?.code
-    if (cause === '25006') return 'the database is read-only (a standby, or a demoted primary)'
+    if (read.readOnly) return 'the database is read-only (a standby, or a demoted primary)'
     if (err.reason !== 'deadline') return `the database is unavailable (${err.message})`
     if (oldestMs >= deadlineMs)
       return `creates are stuck: ${inFlight} statement(s) in flight, the oldest for ${Math.round(oldestMs)} ms`
     return `no answer from the database within ${deadlineMs} ms`
   }
-  const code = (err as { code?: unknown } | null)?.code
-  if (code === '42P01') return 'the database schema is not current; migrations are pending'
+  if (read.undefinedTable) return 'the database schema is not current; migrations are pending'
   // The SQLSTATE only: no SQL or server message in an answer.
-  return `the readiness check failed (database error ${typeof code === 'string' ? code : 'unknown'})`
+  return `the readiness check failed (database error ${read.code ?? 'unknown'})`
 }
 
 /**

@@ -1,13 +1,7 @@
 import type { Sql } from 'postgres'
 import { type Clock, sleepOn, systemClock } from '../clock.ts'
 import type { StatementSlot } from '../db/reach/slots.ts'
-import {
-  isConnectionLost,
-  isUnavailable,
-  type ResendReason,
-  resendReason,
-  translateUnavailable,
-} from '../db/reach/unavailable.ts'
+import { type ResendReason, readError, translateUnavailable } from '../db/reach/unavailable.ts'
 import type { Trace } from '../http/trace-context.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
@@ -176,12 +170,13 @@ export function createBatcher<I, O>(
     let refusedItems = 0
     batch.forEach((p, i) => {
       const outcome = outcomes[i]
-      const reason = outcome instanceof Error ? resendReason(outcome) : undefined
+      const read = outcome instanceof Error ? readError(outcome) : undefined
+      const reason = read?.resend
       if (reason !== undefined) {
         again.push(p)
         why ??= { reason, err: outcome as Error }
       } else if (outcome instanceof Error) {
-        if (isUnavailable(outcome)) {
+        if (read?.unavailable) {
           refusal ??= outcome
           refusedItems++
         }
@@ -206,8 +201,8 @@ export function createBatcher<I, O>(
    * a fault) leaves none unanswered. Returns the slot's pause.
    */
   async function statementFailed(batch: Pending<I, O>[], slot: number, err: unknown) {
-    const reason = resendReason(err)
-    const unavailable = isUnavailable(err)
+    const read = readError(err)
+    const { resend: reason, unavailable } = read
     let pause = 0
     if (reason !== undefined) {
       waiting.putBack(batch, reason, err)
@@ -225,8 +220,8 @@ export function createBatcher<I, O>(
       )
     }
     try {
-      if ((err as { code?: unknown }).code === '25006') readOnly(slot)
-      if (isConnectionLost(err)) connectionLost(slot)
+      if (read.readOnly) readOnly(slot)
+      if (read.connectionLost) connectionLost(slot)
       if (reason === undefined && unavailable) refused(batch.length, err)
     } catch (hookErr) {
       fault(hookErr)
@@ -303,7 +298,7 @@ export function createBatcher<I, O>(
           try {
             resolve(await work(slot))
           } catch (err) {
-            if (isConnectionLost(err)) connectionLost(slot)
+            if (readError(err).connectionLost) connectionLost(slot)
             reject(err)
           } finally {
             stopTimer()

@@ -1,4 +1,4 @@
-import { diskFullMessage, type ResendReason } from '../db/reach/unavailable.ts'
+import { type ResendReason, readError } from '../db/reach/unavailable.ts'
 import { describeError, type Log } from '../log.ts'
 import type { BatchHooks } from './batcher.ts'
 import type { HeldOutcome } from './waiting.ts'
@@ -111,7 +111,7 @@ export function gapHooks(
    */
   function failure(resend: ResendReason | undefined, err: unknown, begins: string): Gap {
     const now = performance.now()
-    const diskMessage = diskFullMessage(err)
+    const diskMessage = readError(err).diskFull
     const reason = resend ?? (diskMessage === undefined ? 'refused' : 'disk_full')
     if (gap === undefined) {
       gap = {

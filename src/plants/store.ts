@@ -3,7 +3,7 @@ import { type CitusPrimaries, nodeUrl } from '../db/node.ts'
 import { roomOnDisk } from '../db/reach/disk.ts'
 import { openStatementSlots } from '../db/reach/slots.ts'
 import { leaveReadOnlyServer } from '../db/reach/sql.ts'
-import { connectionError, diskFullMessage } from '../db/reach/unavailable.ts'
+import { connectionError, readError } from '../db/reach/unavailable.ts'
 import { describeDatabase } from '../db/reach/url.ts'
 import type { Trace } from '../http/trace-context.ts'
 import { limits } from '../limits.ts'
@@ -151,7 +151,7 @@ function openBatching(
         await batching.probe(roomOnDisk, expiresAt)
         return undefined
       } catch (err) {
-        if (diskFullMessage(err) === undefined) throw err
+        if (readError(err).diskFull === undefined) throw err
         gaps.hooks.refused?.(0, err)
         return gaps.diskFull()
       }

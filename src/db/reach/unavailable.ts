@@ -32,6 +32,14 @@ export const resendReasons = [
 ] as const
 export type ResendReason = (typeof resendReasons)[number]
 
+/** The SQLSTATEs the service acts on by name (the rest it reads by class, above). */
+export const sqlState = {
+  readOnly: '25006',
+  undefinedTable: '42P01',
+  diskFull: '53100',
+  statementTimeout: '57014',
+} as const
+
 // Connection-level failures of the postgres driver and of Node's sockets, and why each is worth
 // sending again.
 const connectionReasons: Readonly<Record<string, ResendReason>> = {
@@ -61,26 +69,10 @@ const sqlStateReasons: Readonly<Record<string, ResendReason>> = {
   '57P02': 'terminated',
   // cannot_connect_now: starting up, shutting down, in recovery.
   '57P03': 'not_accepting',
-  '25006': 'read_only',
+  [sqlState.readOnly]: 'read_only',
   '53300': 'too_many_connections',
   '40001': 'serialization',
   '40P01': 'serialization',
-}
-
-// SQLSTATEs that mean "not now" rather than "never": connection exceptions (08), statement
-// timeout or cancel (57014), server shutting down or starting (57P01-57P03), too many
-// connections (53300), out of resources (53*), serialization and deadlock (40001, 40P01), and a
-// read-only server (25006): a standby, or a primary demoted by a failover.
-function isTransientSqlState(code: string): boolean {
-  return (
-    code === '25006' ||
-    code.startsWith('08') ||
-    code.startsWith('53') ||
-    code.startsWith('57P') ||
-    code === '57014' ||
-    code === '40001' ||
-    code === '40P01'
-  )
 }
 
 /**
@@ -105,24 +97,37 @@ function citusNodeLostReason(code: string, message: unknown): ResendReason | und
   return citusNodeLost.find(([prefix]) => message.startsWith(prefix))?.[1]
 }
 
+// SQLSTATEs that mean "not now" rather than "never": connection exceptions (08), statement
+// timeout or cancel (57014), server shutting down or starting (57P01-57P03), too many
+// connections (53300), out of resources (53*), serialization and deadlock (40001, 40P01), and a
+// read-only server (25006): a standby, or a primary demoted by a failover.
+function isTransientSqlState(code: string): boolean {
+  return (
+    code === sqlState.readOnly ||
+    code.startsWith('08') ||
+    code.startsWith('53') ||
+    code.startsWith('57P') ||
+    code === sqlState.statementTimeout ||
+    code === '40001' ||
+    code === '40P01'
+  )
+}
+
 /**
- * PostgreSQL's own message when `err` says its disk is full: disk_full (53100: a relation file
- * that cannot grow, a WAL segment that cannot be made, a temporary file; PostgreSQL maps ENOSPC
- * to it wherever it reports a file's error with its code), the messages it raises without a
- * code of its own while it cannot write (XX000: the relation-cache init file a new connection
- * writes, `elog(FATAL, "could not write init file")` in relcache.c), and any message that quotes
- * the operating system's "No space left on device" (ENOSPC) or "Disk quota exceeded" (EDQUOT).
- * The messages are matched in English, PostgreSQL's default `lc_messages`; under another
- * language only 53100 is recognised. `undefined` otherwise. Looks through `DatabaseUnavailable`
- * to its cause.
+ * PostgreSQL's own message when an error (`code`, `message`) says its disk is full: disk_full
+ * (53100: a relation file that cannot grow, a WAL segment that cannot be made, a temporary file;
+ * PostgreSQL maps ENOSPC to it wherever it reports a file's error with its code), the messages
+ * it raises without a code of its own while it cannot write (XX000: the relation-cache init file
+ * a new connection writes, `elog(FATAL, "could not write init file")` in relcache.c), and any
+ * message that quotes the operating system's "No space left on device" (ENOSPC) or "Disk quota
+ * exceeded" (EDQUOT). The messages are matched in English, PostgreSQL's default `lc_messages`;
+ * under another language only 53100 is recognised.
  */
-export function diskFullMessage(err: unknown): string | undefined {
-  if (typeof err !== 'object' || err === null) return undefined
-  const cause = err instanceof DatabaseUnavailable && err.cause !== undefined ? err.cause : err
-  const { code, message } = cause as { code?: unknown; message?: unknown }
-  if (typeof message !== 'string') return code === '53100' ? 'disk full (53100)' : undefined
+function diskFullOf(code: unknown, message: unknown): string | undefined {
+  if (typeof message !== 'string')
+    return code === sqlState.diskFull ? 'disk full (53100)' : undefined
   if (
-    code === '53100' ||
+    code === sqlState.diskFull ||
     (code === 'XX000' && message.startsWith('could not write init file')) ||
     message.includes('No space left on device') ||
     message.includes('Disk quota exceeded')
@@ -131,54 +136,85 @@ export function diskFullMessage(err: unknown): string | undefined {
   return undefined
 }
 
-/** Whether an error thrown by the driver means the database is unavailable for now. */
-export function isUnavailable(err: unknown): boolean {
-  if (err instanceof DatabaseUnavailable) return true
-  if (typeof err !== 'object' || err === null) return false
-  const { code, message } = err as { code?: unknown; message?: unknown }
-  if (typeof code !== 'string') return false
-  return (
-    connectionCodes.has(code) ||
-    isTransientSqlState(code) ||
-    citusNodeLostReason(code, message) !== undefined ||
-    diskFullMessage(err) !== undefined
-  )
+/** What an error from the database (or from reaching it) means to the service. */
+export type ErrorReading = {
+  /** Its SQLSTATE, or the driver's or the socket's code. */
+  readonly code: string | undefined
+  /** Why a statement that failed with it is worth sending again (see `ResendReason`), if it is. */
+  readonly resend: ResendReason | undefined
+  /**
+   * The database is unavailable for now (503), rather than a fault: a connection lost or
+   * refused, a transient SQLSTATE, a Citus node lost, a full disk, a `DatabaseUnavailable`.
+   */
+  readonly unavailable: boolean
+  /**
+   * The connection it came through is gone or unusable (lost, refused, reset, ended by the
+   * server), as against a statement that failed on a healthy connection (a statement timeout, a
+   * read-only server, a serialization failure).
+   */
+  readonly connectionLost: boolean
+  /** A write met a read-only server (25006): a standby, or a demoted primary. */
+  readonly readOnly: boolean
+  /** PostgreSQL's message when its disk is full (see `diskFullOf`). */
+  readonly diskFull: string | undefined
+  /** A relation is missing (42P01): the schema is not current. */
+  readonly undefinedTable: boolean
 }
 
 /**
- * Whether an error means the connection it came through is gone or unusable (lost, refused, reset,
- * ended by the server), as against a statement that failed on a healthy connection (a statement
- * timeout, a read-only server, a serialization failure).
+ * The one reading of an error from the database: every question the service asks of one is
+ * answered here, from its code and message, looking through a `DatabaseUnavailable` to its
+ * cause.
  */
-export function isConnectionLost(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code
-  if (typeof code !== 'string') return false
-  return connectionCodes.has(code) || code.startsWith('08') || code.startsWith('57P0')
-}
-
-/** Whether, and why, a statement that failed with `err` is worth sending again (see `ResendReason`). */
-export function resendReason(err: unknown): ResendReason | undefined {
-  if (typeof err !== 'object' || err === null) return undefined
+export function readError(err: unknown): ErrorReading {
   const cause = err instanceof DatabaseUnavailable && err.cause !== undefined ? err.cause : err
-  const { code, message } = cause as { code?: unknown; message?: unknown }
-  if (typeof code !== 'string') return undefined
-  const known = connectionReasons[code] ?? sqlStateReasons[code]
-  if (known !== undefined) return known
-  if (code.startsWith('08')) return 'connection_lost'
-  return citusNodeLostReason(code, message)
+  const { code: anyCode, message } =
+    typeof cause === 'object' && cause !== null
+      ? (cause as { code?: unknown; message?: unknown })
+      : {}
+  const code = typeof anyCode === 'string' ? anyCode : undefined
+  const diskFull =
+    typeof cause === 'object' && cause !== null ? diskFullOf(anyCode, message) : undefined
+  if (code === undefined)
+    return {
+      code,
+      resend: undefined,
+      unavailable: err instanceof DatabaseUnavailable,
+      connectionLost: false,
+      readOnly: false,
+      diskFull,
+      undefinedTable: false,
+    }
+  const citusLost = citusNodeLostReason(code, message)
+  return {
+    code,
+    resend:
+      connectionReasons[code] ??
+      sqlStateReasons[code] ??
+      (code.startsWith('08') ? 'connection_lost' : citusLost),
+    unavailable:
+      err instanceof DatabaseUnavailable ||
+      connectionCodes.has(code) ||
+      isTransientSqlState(code) ||
+      citusLost !== undefined ||
+      diskFull !== undefined,
+    connectionLost: connectionCodes.has(code) || code.startsWith('08') || code.startsWith('57P0'),
+    readOnly: code === sqlState.readOnly,
+    diskFull,
+    undefinedTable: code === sqlState.undefinedTable,
+  }
 }
 
 /**
- * The one reading of an error a statement (or our own code around it) ended with: unavailable
- * (`isUnavailable`: its reason, and what happened in words without SQL, for the log line), or a
- * fault.
+ * How a create ends by the error its statement (or our own code around it) ended with:
+ * unavailable (`readError`: its reason, and what happened in words without SQL, for the log
+ * line), or a fault.
  */
 export function outcomeOfError(err: unknown): Unavailable | Fault {
   if (err instanceof DatabaseUnavailable) return unavailable(err.message, err.reason, err.cause)
-  if (!isUnavailable(err)) return fault(err)
-  const code = (err as { code: string }).code
-  const what =
-    diskFullMessage(err) === undefined ? 'database error' : "the database's disk is full:"
+  const { unavailable: isUnavailable, code, diskFull } = readError(err)
+  if (!isUnavailable) return fault(err)
+  const what = diskFull === undefined ? 'database error' : "the database's disk is full:"
   return unavailable(`${what} ${code}`, 'database', err)
 }
 

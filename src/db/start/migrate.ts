@@ -5,7 +5,7 @@ import pg from 'pg'
 import { limits } from '../../limits.ts'
 import { createLog, type Log } from '../../log.ts'
 import { createSql } from '../reach/sql.ts'
-import { connectFailure } from '../reach/unavailable.ts'
+import { connectFailure, readError } from '../reach/unavailable.ts'
 
 /** The folder of the plain-SQL migrations. */
 export const migrationsDir = fileURLToPath(new URL('../../../migrations/', import.meta.url))
@@ -37,8 +37,8 @@ export async function pendingMigrations(databaseUrl: string): Promise<string[]> 
   )
   try {
     const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
-      (err: { code?: unknown }) => {
-        if (err.code === '42P01') return []
+      (err: unknown) => {
+        if (readError(err).undefinedTable) return []
         throw err
       },
     )

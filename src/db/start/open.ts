@@ -3,7 +3,7 @@ import type { Config } from '../../config.ts'
 import { describeError, type Log } from '../../log.ts'
 import { type CitusNode, citusNodeOf } from '../node.ts'
 import { writableUrl as writableHostUrl } from '../reach/hosts.ts'
-import { diskFullMessage } from '../reach/unavailable.ts'
+import { readError } from '../reach/unavailable.ts'
 import { describeDatabase } from '../reach/url.ts'
 import { type EmbeddedDatabase, startEmbedded } from './embedded.ts'
 import { migrate, pendingMigrations } from './migrate.ts'
@@ -152,10 +152,10 @@ export function cannotUse(config: Config, db: EmbeddedDatabase, err: unknown): E
   const failed = err instanceof DatabaseUrlFailure ? db.url : (config.databaseDirectUrl ?? db.url)
   // The driver's error, under whatever wrapped it on the way (a connect failure, the URL's).
   let cause: unknown = err
-  let full = diskFullMessage(cause)
+  let full = readError(cause).diskFull
   while (full === undefined && cause instanceof Error && cause.cause !== undefined) {
     cause = cause.cause
-    full = diskFullMessage(cause)
+    full = readError(cause).diskFull
   }
   const why =
     full === undefined
