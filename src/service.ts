@@ -2,10 +2,10 @@ import { serveHttp } from './app.ts'
 import { startTokens } from './auth/start-tokens.ts'
 import type { TokenCache } from './auth/token-cache.ts'
 import type { Config } from './config.ts'
-import { followCitusPrimaries, nodeUrl } from './db/node.ts'
-import { createSql, openServicePools } from './db/reach/sql.ts'
+import { openServicePools } from './db/reach/sql.ts'
 import { defaultDataDir, openDatabase, prepareDatabase, sessionsOf } from './db/start/open.ts'
 import { warnAboutDatabase } from './db/start/server-settings.ts'
+import { openTopology } from './db/topology.ts'
 import { limits } from './limits.ts'
 import type { Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
@@ -67,73 +67,31 @@ export type ServiceOptions = {
 export async function startService(
   config: Config,
   log: Log,
-  {
-    role = 'single',
-    dataDir = defaultDataDir,
-    connectTo,
-    batchLimits = limits.batch,
-    lastUseEveryMs,
-    stopRequested = () => undefined,
-    warmUp: warming = limits.warmUp,
-  }: ServiceOptions = {},
+  options: ServiceOptions = {},
 ): Promise<Service> {
+  const { role = 'single', batchLimits = limits.batch, warmUp = limits.warmUp } = options
   const held = holding(log)
   const goOn = () => {
-    const signal = stopRequested()
+    const signal = options.stopRequested?.()
     if (signal !== undefined) throw new Error(`${signal} received during start-up`)
   }
-  const single = role === 'single'
-  const transactionPooler = config.poolMode === 'transaction'
   try {
-    // 1. The database: prepared here (embedded start, migrations), or by a worker's primary.
-    const prepared = single ? await prepareDatabase(config, log, dataDir) : undefined
-    const db = prepared ?? (await openDatabase(config, log, { dataDir }))
-    held.add(db.stop)
-    goOn()
-    const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
-    const spans = await startSpans(config.spans, log)
-    if (spans) held.add(() => spans.shutdown(limits.spansAtStop))
-    const url = connectTo ? connectTo(db.url) : db.url
-
-    // 2. The pools for tokens and start-up, and the session that LISTENs: on a Citus worker,
-    // the coordinator's (or DATABASE_DIRECT_URL's), where api_tokens lives and its trigger
-    // notifies. (A Citus worker is never found through a transaction pooler.)
-    // On a Citus worker, each group's primary is followed in pg_dist_node (Patroni moves it in
-    // a switchover or failover): the creates of each group go to it, the sessions to group 0's.
-    const session = prepared?.sessions ?? (await sessionsOf(config, db, log))
-    const primaries = session.citusWorker ? await followCitusPrimaries(url, log) : undefined
-    if (primaries) held.add(primaries.stop)
-    const coordinator = primaries?.of(0)
-    const pools = openServicePools(session.citusWorker ? session.url : url, session.url, log, {
-      transactionPooler,
-      connectionClosed: metrics.connectionClosed,
-      ...(primaries &&
-        session.coordinatorFromMetadata &&
-        coordinator !== undefined && {
-          current: () => nodeUrl(url, primaries.of(0) ?? coordinator),
-        }),
-    })
-    held.add(pools.end)
-
-    // 3. What the database's settings call for, and how plants are written (Citus).
-    // The settings that decide WAL volume are asked of the server that takes the writes: on a
-    // Citus worker, the worker's own, not the coordinator's where the tokens live.
-    const writesTo = session.citusWorker ? createSql(url, log, { max: 1 }) : pools.sql
-    try {
-      await warnAboutDatabase(pools.sql, writesTo, log, {
-        transactionPooler,
-        serverSettings: single && !db.owned,
-      })
-    } finally {
-      if (writesTo !== pools.sql) await writesTo.end({ timeout: 5 })
-    }
-    const writePath = await followWritePath(pools.sql, log, single)
-    held.add(async () => writePath.stop())
+    // 1-3. The database, where each part connects, the pools for tokens and start-up.
+    const { db, url, metrics, spans, topology, pools, writePath } = await connect(
+      config,
+      log,
+      options,
+      held,
+      goOn,
+    )
 
     // 4. The tokens: the dev token and the warnings about lifetimes, the cache, last uses.
     const tokens = await startTokens(pools.sql, pools.listen, log, {
-      prepare: single ? { embedded: db.owned, dataDir } : undefined,
-      lastUseEveryMs,
+      prepare:
+        role === 'single'
+          ? { embedded: db.owned, dataDir: options.dataDir ?? defaultDataDir }
+          : undefined,
+      lastUseEveryMs: options.lastUseEveryMs,
     })
     held.add(tokens.close)
     goOn()
@@ -141,47 +99,31 @@ export async function startService(
     // 5. The plant store, on statement slots of its own.
     const plants = openPlantStore(url, log, {
       batchLimits,
-      transactionPooler,
+      transactionPooler: config.poolMode === 'transaction',
       connectionClosed: metrics.connectionClosed,
       statementRan: metrics.statementRan,
       gapMetrics: metrics,
       writePath: writePath.current,
       spans,
-      citus:
-        primaries && session.citusGroup !== undefined
-          ? { group: session.citusGroup, primaries }
-          : undefined,
+      citus: topology.citus,
     })
     held.add(plants.close)
     // What the first creates would otherwise pay is paid before the instance listens.
-    await warmBeforeServing(plants, config, log, warming)
+    await warmBeforeServing(plants, config, log, warmUp)
     goOn()
 
     // 6. The HTTP ports.
-    const http = await serveHttp(
-      {
-        store: plants.store,
-        tokens: tokens.cache,
-        tokenUsed: tokens.used,
-        log,
-        metrics,
-        spans,
-        citusWorker: session.citusWorker,
-      },
-      config,
-      role,
-    )
+    const { cache, used } = tokens
+    const deps = { store: plants.store, tokens: cache, tokenUsed: used, log, metrics, spans }
+    const http = await serveHttp({ ...deps, citusWorker: topology.citusWorker }, config, role)
     let closing: Promise<void> | undefined
     return {
       url: http.url,
-      tokens: tokens.cache,
+      tokens: cache,
       store: plants.store,
       leave: http.leave,
       close(graceMs = limits.drain) {
-        closing ??= (async () => {
-          await http.close(graceMs)
-          await held.release()
-        })()
+        closing ??= http.close(graceMs).then(held.release)
         return closing
       },
     }
@@ -189,6 +131,51 @@ export async function startService(
     await held.release()
     throw err
   }
+}
+
+/**
+ * The first steps of a start: the database (prepared here, with the embedded start and the
+ * migrations, or by a worker's primary), metrics and spans, where each part connects (on a
+ * Citus worker: the coordinator for tokens and sessions, each group's primary for its creates),
+ * the pools for tokens and start-up, the warnings the database's settings call for, and how
+ * plants are written. Each thing opened is `held`.
+ */
+async function connect(
+  config: Config,
+  log: Log,
+  { role = 'single', dataDir = defaultDataDir, connectTo }: ServiceOptions,
+  held: ReturnType<typeof holding>,
+  goOn: () => void,
+) {
+  const single = role === 'single'
+  const transactionPooler = config.poolMode === 'transaction'
+  const prepared = single ? await prepareDatabase(config, log, dataDir) : undefined
+  const db = prepared ?? (await openDatabase(config, log, { dataDir }))
+  held.add(db.stop)
+  goOn()
+  const metrics = config.metrics ? createMetrics({ clusterWorker: !single }) : noMetrics
+  const spans = await startSpans(config.spans, log)
+  if (spans) held.add(() => spans.shutdown(limits.spansAtStop))
+  const url = connectTo ? connectTo(db.url) : db.url
+
+  const session = prepared?.sessions ?? (await sessionsOf(config, db, log))
+  const topology = await openTopology(url, session, log)
+  held.add(topology.stop)
+  const pools = openServicePools(topology.tokensUrl, topology.sessionUrl, log, {
+    transactionPooler,
+    connectionClosed: metrics.connectionClosed,
+    ...(topology.followTokens && { current: topology.followTokens }),
+  })
+  held.add(pools.end)
+
+  await warnAboutDatabase(pools.sql, log, {
+    transactionPooler,
+    serverSettings: single && !db.owned,
+    writesUrl: topology.writesUrl,
+  })
+  const writePath = await followWritePath(pools.sql, log, single)
+  held.add(async () => writePath.stop())
+  return { db, url, metrics, spans, topology, pools, writePath }
 }
 
 /** What a start has opened, released last first: at shutdown, or when a later step fails. */

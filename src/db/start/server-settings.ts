@@ -2,6 +2,7 @@ import { totalmem } from 'node:os'
 import type { Sql } from 'postgres'
 import { limits } from '../../limits.ts'
 import type { Log } from '../../log.ts'
+import { createSql } from '../reach/sql.ts'
 
 // Clients choose their own ids, often at random, and the table of creates only grows. Once the
 // primary key's index outgrows shared_buffers nearly every row lands on an index page of its
@@ -112,15 +113,25 @@ export async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<v
 /**
  * The start-up warnings about the database: its statement_timeout through a transaction pooler
  * (`transactionPooler`, asked through `sql`), and the settings for a growing table on a DBA's
- * server (`serverSettings`: the embedded one gets them itself), asked of `writesTo`, the server
- * that takes the writes.
+ * server (`serverSettings`: the embedded one gets them itself), asked of the server that takes
+ * the writes: `writesUrl` (a Citus worker's own, through a connection of its own) when given,
+ * else through `sql`.
  */
 export async function warnAboutDatabase(
   sql: Sql,
-  writesTo: Sql,
   log: Log,
-  { transactionPooler, serverSettings }: { transactionPooler: boolean; serverSettings: boolean },
+  {
+    transactionPooler,
+    serverSettings,
+    writesUrl,
+  }: { transactionPooler: boolean; serverSettings: boolean; writesUrl: string | undefined },
 ): Promise<void> {
   if (transactionPooler) await warnWithoutStatementTimeout(sql, log)
-  if (serverSettings) await warnAboutServerSettings(writesTo, log)
+  if (!serverSettings) return
+  const writesTo = writesUrl === undefined ? sql : createSql(writesUrl, log, { max: 1 })
+  try {
+    await warnAboutServerSettings(writesTo, log)
+  } finally {
+    if (writesTo !== sql) await writesTo.end({ timeout: 5 })
+  }
 }
