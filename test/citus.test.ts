@@ -15,7 +15,7 @@ import {
 } from '../src/plants/citus.ts'
 import { type CitusCluster, citusUnavailable, startCitusCluster } from './helpers/citus.ts'
 import { projectDir, runNpm } from './helpers/cli.ts'
-import { driveCreates, lostAcknowledgements } from './helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, underWay } from './helpers/drive.ts'
 import { type Partition, partition, partitionUnavailable } from './helpers/partition.ts'
 import {
   connectionsTo,
@@ -24,7 +24,7 @@ import {
   tokenFor,
 } from './helpers/process.ts'
 import { startTestServer } from './helpers/server.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 // The plant store on a real Citus cluster (docs/scaling.md, Citus): Debian's PostgreSQL 15 with
 // Citus 13.2.2 built by .ci/citus.sh, a coordinator and two workers on 127.0.0.1, the commands
@@ -307,7 +307,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     // Token loads on the pool beside the creates: a notification, then a reload, twice.
     for (const name of ['counted-a', 'counted-b']) {
       await tokenFor(cluster.sql, s.base, name)
-      await new Promise((r) => setTimeout(r, 500))
+      await sleep(500)
     }
     // Under load for at least 100 creates, however busy the machine.
     await within(30_000, async () => (drive.statuses.get(200) ?? 0) > 100)
@@ -666,14 +666,14 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
         async () => (await post(s.base, token, { id: 2, name: 'probe' })).status === 200,
       )
     const drives = instances.map((s) => driveCreates(s.base, token, { concurrency: 4, pauseMs: 5 }))
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     await cluster.coordinator.stop()
     const stoppedAt = performance.now()
     const readiness: number[] = []
     while (performance.now() - stoppedAt < 10_000) {
       for (const s of instances)
         readiness.push((await fetch(`${s.base}/readyz`).catch(() => undefined))?.status ?? 0)
-      await new Promise((r) => setTimeout(r, 500))
+      await sleep(500)
     }
     await cluster.coordinator.start()
     const returnedAt = performance.now()
@@ -713,14 +713,14 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     how: 'stopped' | 'silent' = 'stopped',
   ) {
     const drive = driveCreates(s.base, token, { concurrency: 8, pauseMs: 5 })
-    await new Promise((r) => setTimeout(r, 1500))
+    await underWay(drive)
     const worker = cluster.workers[1]
     assert.ok(worker)
     let cut: Partition | undefined
     if (how === 'silent') cut = partition(worker.port, 'both', t)
     else await worker.stop()
     const stoppedAt = performance.now()
-    await new Promise((r) => setTimeout(r, 10_000))
+    await sleep(10_000)
     if (cut) cut.heal()
     else await worker.start()
     const restartedAt = performance.now()
@@ -730,7 +730,7 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       if (ok) firstOk = ok.answeredAt - restartedAt
       return ok !== undefined
     })
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     await drive.stop()
     const statuses = Object.fromEntries(drive.statuses)
     const during = drive.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < restartedAt)
@@ -809,13 +809,13 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
     const drives = [onCoordinator, onWorker].map((s) =>
       driveCreates(s.base, token, { concurrency: 4 }),
     )
-    await new Promise((r) => setTimeout(r, 1500))
+    await sleep(1500)
     const stopping = performance.now()
     await restarted.stopFast()
-    await new Promise((r) => setTimeout(r, 1500))
+    await sleep(1500)
     await restarted.start()
     const downMs = performance.now() - stopping
-    await new Promise((r) => setTimeout(r, 1500))
+    await sleep(1500)
     for (const d of drives) await d.stop()
     const [c, w] = drives.map((d) => ({
       statuses: JSON.stringify(Object.fromEntries(d.statuses)),

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { holdPlantsLock } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
+import { sleep } from './helpers/wait.ts'
 
 const s = await startTestServer({ after })
 
@@ -117,7 +118,7 @@ describe('POST /plants creates a plant', () => {
     try {
       // Held for a while: the statement waits for the lock, so nothing is committed and no
       // answer may leave.
-      await new Promise((r) => setTimeout(r, 1000))
+      await sleep(1000)
       assert.equal(answered, undefined, `answered ${answered} while the lock was held`)
       assert.equal((await s.db.sql`select 1 from plants where id = ${id}`).length, 0)
     } finally {

@@ -4,7 +4,7 @@ import { limits } from '../src/limits.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 describe('database faults', () => {
   test('while the database is unreachable: a create is held until its deadline, then 503/50301 with Retry-After; then 200 again without a restart', async () => {
@@ -108,7 +108,7 @@ describe('database faults', () => {
     assert.equal(during.status, 503)
     assert.equal(((await during.json()) as { error: number }).error, 50301)
     // Let the driver's reconnects meet a refused port for a while.
-    await new Promise((resolve) => setTimeout(resolve, 1500))
+    await sleep(1500)
 
     await proxy.restore()
     const id = uniqueId()

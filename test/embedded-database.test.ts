@@ -13,7 +13,7 @@ import { startService } from '../src/service.ts'
 import { projectDir } from './helpers/cli.ts'
 import { isRunning } from './helpers/process.ts'
 import { tempDir } from './helpers/temp-dir.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 function capture() {
   const lines: Record<string, unknown>[] = []
@@ -123,7 +123,7 @@ describe('the embedded database (no DATABASE_URL)', () => {
     for (const pid of watches) process.kill(pid, 'SIGKILL')
     child.kill('SIGKILL')
     await new Promise((r) => child.on('exit', r))
-    await new Promise((r) => setTimeout(r, 1_500))
+    await sleep(1_500)
     assert.ok(isRunning(server), 'orphaned')
     const lines = await keptAfterRestart(dir, tmp)
     assert.ok(

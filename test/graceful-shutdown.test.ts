@@ -5,6 +5,7 @@ import { limits } from '../src/limits.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { exchange, openSocket } from './helpers/raw-http.ts'
+import { sleep } from './helpers/wait.ts'
 
 /** `GET /healthz` on a kept-alive `socket`: the status and the Connection field of the answer. */
 async function healthOn(
@@ -13,8 +14,6 @@ async function healthOn(
   const res = await exchange(socket, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
   return { status: res.status, connection: res.headers.connection?.toLowerCase() }
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /**
  * Sends `signal` while a create of `id` is in flight (held behind a lock on plants), runs

@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test'
 import { MessageChannel } from 'node:worker_threads'
 import { type ReceivedSpan, startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 // Spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT), checked in what a receiver gets from the
 // OpenTelemetry SDK: the request spans, their parents, the statement spans and their links, the
@@ -65,7 +65,7 @@ describe('spans over OTLP/HTTP', () => {
     const sent = await create(s, true)
     await import('../src/version.ts')
     // What a resolve hook heard has reached this thread by the next turn or two.
-    await new Promise((r) => setTimeout(r, 200))
+    await sleep(200)
     assert.ok(
       resolved.some((p) => p.includes('/src/version.ts')),
       'the hooks hear the imports',
@@ -88,7 +88,7 @@ describe('spans over OTLP/HTTP', () => {
         },
       },
     )
-    await new Promise((r) => setTimeout(r, 200))
+    await sleep(200)
     assert.equal(sdkLoaded(), true, 'with an endpoint, the SDK is loaded')
     const sampled = await Promise.all(Array.from({ length: 40 }, () => create(s, true)))
     const refused = await create(s, true, { name: '' })

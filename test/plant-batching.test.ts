@@ -9,7 +9,7 @@ import type { PlantStore } from '../src/plants/store.ts'
 import { createTestDatabase, quietLog, type TestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 const db = await createTestDatabase({ after })
 
@@ -168,7 +168,7 @@ describe('a batch cut by a lost connection', () => {
       // The lock holds the batch in flight; the proxy then drops its connection.
       await tx`lock table plants in share row exclusive mode`
       const sent = ids.map((id) => s.post({ id, name: `cut ${id}` }))
-      await new Promise((r) => setTimeout(r, 300))
+      await sleep(300)
       await proxy.cut()
       responses = await Promise.all(sent)
     })
@@ -178,7 +178,7 @@ describe('a batch cut by a lost connection', () => {
     )
     for (const r of responses) assert.equal(r.headers.get('retry-after'), '1')
     // The server may still have committed the statement after the client was gone: all or none.
-    await new Promise((r) => setTimeout(r, 300))
+    await sleep(300)
     const stored =
       await d.sql`select id::text, name from plants where id = any(${ids.map(String)}::int8[])`
     assert.ok(

@@ -3,6 +3,7 @@ import { after, describe, test } from 'node:test'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
+import { sleep } from './helpers/wait.ts'
 
 const db = await createTestDatabase({ after })
 
@@ -46,7 +47,7 @@ describe('statement slots (a connection of their own per statement in flight)', 
     await slot.sql`select 1`
     proxy.freeze()
     const stuck = slot.sql`select 1`.execute()
-    await new Promise((r) => setTimeout(r, 300))
+    await sleep(300)
     const started = performance.now()
     assert.equal(slot.cut(new Error('cut loose by the test')), 1, 'one socket was open')
     await assert.rejects(stuck, /cut loose by the test/)

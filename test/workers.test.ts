@@ -7,7 +7,7 @@ import { startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
 import { uniqueId } from './helpers/server.ts'
-import { within } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 // WORKERS=2: a primary and two node:cluster workers sharing one port. Every request below goes
 // on a new connection, which the primary hands to the workers in turn.
@@ -228,7 +228,7 @@ describe('WORKERS=2', () => {
     assert.deepEqual(new Set(before.map((a) => a.worker)), new Set([1, 2]))
 
     await db.sql`update api_tokens set revoked_at = now() where name = ${name}`
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     const afterwards = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(afterwards.map((a) => a.status)), new Set([401]))
     assert.deepEqual(new Set(afterwards.map((a) => a.worker)), new Set([1, 2]))
@@ -242,7 +242,7 @@ describe('WORKERS=2', () => {
     const before = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
     // No change to api_tokens at expiry: each worker judges it by its own clock.
-    await new Promise((r) => setTimeout(r, expiresAt.getTime() + 1000 - Date.now()))
+    await sleep(expiresAt.getTime() + 1000 - Date.now())
     const afterwards = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(afterwards.map((a) => a.status)), new Set([401]))
   })
@@ -283,7 +283,7 @@ describe('WORKERS=2', () => {
     const loops = Array.from({ length: 8 }, async () => {
       while (running) endings.push(await createOnce(service.base, token, uniqueId()))
     })
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     const kills: number[] = []
     // Each kill is of a worker that is busy: the first two, then their replacements.
     for (const id of [1, 2]) {
@@ -300,7 +300,7 @@ describe('WORKERS=2', () => {
             String(l.message).endsWith(`replaces worker ${id}`),
         ),
       )
-      await new Promise((r) => setTimeout(r, 1000))
+      await sleep(1000)
     }
     running = false
     await Promise.all(loops)
@@ -366,7 +366,7 @@ describe('WORKERS=2', () => {
       return (row?.n ?? 0) >= 2
     })
     service.child.kill('SIGTERM')
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
     await unlock()
     const answers = await Promise.all(sent)
     assert.deepEqual(
@@ -416,7 +416,7 @@ describe('WORKERS=2', () => {
     const took = performance.now() - started
     assert.ok(took < 3000, `took ${took} ms`)
     for (const socket of sockets) socket.resume()
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
     assert.deepEqual(
       service.lines.filter((l) => typeof l.status === 'number' && l.status >= 500),
       [],

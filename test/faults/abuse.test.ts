@@ -10,7 +10,7 @@ import {
   statusLinesOf,
 } from '../helpers/raw-http.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // Hostile clients, one finding each, below fetch where it must be: raw sockets for pipelining,
 // Expect: 100-continue and answers left unread.
@@ -69,7 +69,7 @@ describe('abuse: every connection, client and request bounded', () => {
       const behind = uniqueId()
       const statuses = await statusesOf(first(uniqueId()) + create(behind))
       assert.equal(statuses.length, 1, `answers: ${statuses}`)
-      await new Promise((r) => setTimeout(r, 300))
+      await sleep(300)
       assert.equal(await stored(behind), false)
     })
   }
@@ -79,7 +79,7 @@ describe('abuse: every connection, client and request bounded', () => {
     const noHost = `GET /healthz HTTP/1.1\r\n\r\n`
     const statuses = await statusesOf(create(ahead) + noHost + create(behind))
     assert.deepEqual(statuses, [200, 400])
-    await new Promise((r) => setTimeout(r, 300))
+    await sleep(300)
     assert.equal(await stored(ahead), true)
     assert.equal(await stored(behind), false)
   })
@@ -150,7 +150,7 @@ describe('abuse: every connection, client and request bounded', () => {
     })
     const closed = new Promise((r) => socket.once('close', r))
     socket.write(`GET /${bundle} HTTP/1.1\r\nHost: x\r\n\r\n`.repeat(10))
-    await new Promise((r) => setTimeout(r, 22_000))
+    await sleep(22_000)
     const resumed = performance.now()
     socket.resume()
     await closed

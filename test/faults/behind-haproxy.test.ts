@@ -6,6 +6,7 @@ import { createTestDatabase } from '../helpers/database.ts'
 import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
+import { sleep } from '../helpers/wait.ts'
 
 /**
  * One request on a connection of its own (its set-up counted, as a client that does not keep
@@ -51,7 +52,7 @@ describe('the promised times behind HAProxy', () => {
       Promise.all(Array.from({ length: 8 }, create)),
       Promise.all(
         Array.from({ length: 3 }, async (_, i) => {
-          await new Promise((r) => setTimeout(r, 500 * i))
+          await sleep(500 * i)
           return timed(`${balancer.url}/readyz`)
         }),
       ),

@@ -19,7 +19,7 @@ import {
   startServiceProcess,
   tokenFor,
 } from '../helpers/process.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // Citus made highly available as its users do it (Patroni 3 in Citus mode, each group a primary
 // and a synchronous standby: test/helpers/citus-patroni.ts, .ci/citus-ha.sh), with an instance of
@@ -55,7 +55,7 @@ function watchPrimaries(url: string) {
       } catch {
         // the node away for a moment
       }
-      await new Promise((r) => setTimeout(r, 50))
+      await sleep(50)
     }
   })()
   return {
@@ -151,10 +151,10 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
   /** Drives creates through every instance (4 clients each) around `event`. */
   async function underLoad<T>(event: () => Promise<T>, settleMs = 2000) {
     const drives = instances.map((i) => driveCreates(i.service.base, token, { concurrency: 4 }))
-    await new Promise((r) => setTimeout(r, 1500))
+    await sleep(1500)
     const started = performance.now()
     const result = await event()
-    await new Promise((r) => setTimeout(r, settleMs))
+    await sleep(settleMs)
     await Promise.all(drives.map((d) => d.stop()))
     return { drives, result, started }
   }

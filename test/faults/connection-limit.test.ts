@@ -11,7 +11,7 @@ import { startService } from '../../src/service.ts'
 import { quietLog } from '../helpers/database.ts'
 import { driveCreates } from '../helpers/drive.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 describe('more instances than the server has connections for', () => {
   test('instances that cannot get every connection they want hold creates for a connection until the deadline (503 only then, never 500), stay up, and recover when connections free up', async () => {
@@ -41,7 +41,7 @@ describe('more instances than the server has connections for', () => {
     tmp.after(() => b.close())
 
     const drives = [a, b].map((s) => driveCreates(s.url, String(token), { concurrency: 16 }))
-    await new Promise((r) => setTimeout(r, 2000))
+    await sleep(2000)
     for (const d of drives) await d.stop()
     const statuses = new Map<number, number>()
     for (const d of drives)

@@ -4,13 +4,13 @@ import postgres from 'postgres'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase, quietLog } from '../helpers/database.ts'
-import { type Drive, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { type Drive, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { partition, partitionUnavailable } from '../helpers/partition.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../helpers/pgbouncer.ts'
 import { startRestartableServer } from '../helpers/replication.ts'
 import { startTestServer, type TestServer, uniqueId } from '../helpers/server.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // The partition needs root and iptables, which CI has; elsewhere its case skips with the reason.
 const partitionSkip =
@@ -61,14 +61,14 @@ describe('gaps in the database shorter than the deadline', () => {
     const s = await startTestServer({ after })
     const drive = driveCreates(s.base, s.token, { concurrency: 8 })
     for (let i = 0; i < 3; i++) {
-      await new Promise((r) => setTimeout(r, 400))
+      await sleep(400)
       const ended = await s.db.sql`
         select pg_terminate_backend(pid) from pg_stat_activity
         where application_name = 'plant-store' and datname = current_database()
           and pid <> pg_backend_pid()`
       assert.ok(ended.length > 0, 'no session of the service was found')
     }
-    await new Promise((r) => setTimeout(r, 400))
+    await sleep(400)
     await drive.stop()
     assertNoGapSeen(drive, 'backends terminated')
     assert.deepEqual(await lostAcknowledgements(s.db.sql, drive.acknowledged), [])
@@ -97,10 +97,10 @@ describe('gaps in the database shorter than the deadline', () => {
   test('PostgreSQL restarted fast (pg_ctl restart -m fast), down for 1.5 s, under 8 keep-alive clients: no create answered 503, none lost', async () => {
     const { server, sql, s } = await serviceOnOwnServer()
     const drive = driveCreates(s.base, s.token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 500))
+    await underWay(drive)
     // As long as a restart of a server with work to recover takes (1.4 to 1.8 s measured).
     const gapMs = await server.restartFast({ downMs: 1500 })
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     await drive.stop()
     process.stderr.write(`# fast restart: no connections for ${Math.round(gapMs)} ms\n`)
     assertNoGapSeen(drive, 'fast restart')
@@ -129,9 +129,9 @@ describe('gaps in the database shorter than the deadline', () => {
       },
     )
     const drive = driveCreates(s.base, s.token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 500))
+    await underWay(drive)
     const gapMs = await bouncer.restart()
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     await drive.stop()
     process.stderr.write(`# PgBouncer restart: no connections for ${Math.round(gapMs)} ms\n`)
     assertNoGapSeen(drive, 'PgBouncer restart')
@@ -151,11 +151,11 @@ describe('gaps in the database shorter than the deadline', () => {
     if (missing !== undefined) throw new Error(missing)
     const { server, sql, s } = await serviceOnOwnServer()
     const drive = driveCreates(s.base, s.token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 500))
+    await underWay(drive)
     const cut = partition(server.port, 'both', t)
-    await new Promise((r) => setTimeout(r, 3000))
+    await sleep(3000)
     cut.heal()
-    await new Promise((r) => setTimeout(r, 1500))
+    await sleep(1500)
     await drive.stop()
     assertNoGapSeen(drive, '3-s partition')
     assert.deepEqual(await lostAcknowledgements(sql, drive.acknowledged), [])
@@ -168,7 +168,7 @@ describe('gaps in the database shorter than the deadline', () => {
     const s = await startTestServer({ after }, { db: s0.db, connectTo: () => proxy.url })
     // The token's first use is written before the answer is lost, on a connection of its own.
     assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
 
     const id = uniqueId()
     const lost = proxy.loseNextAnswer()

@@ -5,10 +5,10 @@ import { freePort, startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { holdPlantsLock, quietLog } from '../helpers/database.ts'
-import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 describe('a database outage', () => {
   test('PostgreSQL stopped for longer than the deadline under load: 503s with Retry-After at the deadline, /readyz 503 within 2 s, and 200s again within 5 s of its return', async () => {
@@ -22,13 +22,13 @@ describe('a database outage', () => {
     const s = await startTestServer(tmp, { db: { url: db.url, sql } })
 
     const before = driveCreates(s.base, s.token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 500))
+    await underWay(before)
     await sql.end()
     await db.stop()
     const stoppedAt = performance.now()
     await before.stop()
     const during = driveCreates(s.base, s.token, { concurrency: 8, pauseMs: 20 })
-    await new Promise((r) => setTimeout(r, 3000))
+    await sleep(3000)
     const asked = performance.now()
     const ready = await fetch(`${s.base}/readyz`)
     const readyMs = performance.now() - asked
@@ -147,10 +147,10 @@ describe('a database outage', () => {
     // Batch 1 is sent at once and times out at 5 s; batch 2 is sent then and times out at 10 s;
     // by then batch 3 has waited past its 6 s deadline.
     const answers = ids.map(async (id) => (await s.post({ id, name: `waiting ${id}` })).status)
-    await new Promise((r) => setTimeout(r, 10_500))
+    await sleep(10_500)
     await unlock()
     assert.deepEqual(await Promise.all(answers), Array(15).fill(503))
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
     const stored = await s.db
       .sql`select id::text from plants where id = any(${ids.map(String)}::int8[])`
     assert.equal(

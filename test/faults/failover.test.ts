@@ -4,7 +4,7 @@ import { parseConfig } from '../../src/config.ts'
 import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
-import { bodyOf, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { bodyOf, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import {
   connect,
@@ -17,7 +17,7 @@ import {
   versionUnavailable,
 } from '../helpers/replication.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // PostgreSQL 15 is Debian's, which CI installs (.ci/citus.sh); elsewhere its cases skip with a
 // line saying how to enable them. In CI they never skip.
@@ -59,10 +59,10 @@ async function failover(
   await firstSql.end()
 
   const drive = driveCreates(service.base, token, { concurrency: 8 })
-  await new Promise((r) => setTimeout(r, 1500))
+  await underWay(drive)
   const killed = performance.now()
   const promoted = await failOver(primary, standby, { promotion, version })
-  await new Promise((r) => setTimeout(r, 6000))
+  await sleep(6000)
   await drive.stop()
 
   const newPrimary = connect(standby.port)
@@ -106,7 +106,7 @@ async function failover(
     driveCreates(service.base, token, { concurrency: 4 }),
     driveCreates(again.base, token, { concurrency: 4 }),
   ]
-  await new Promise((r) => setTimeout(r, 2000))
+  await sleep(2000)
   await Promise.all(later.map((d) => d.stop()))
   for (const d of later) {
     assert.deepEqual(
@@ -163,7 +163,7 @@ describe('a primary with a synchronous standby (real PostgreSQL servers)', {
     cleanup.after(() => primarySql.end())
     const token = await tokenFor(primarySql, service.url, 'replicas')
     const drive = driveCreates(service.url, token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 1500))
+    await underWay(drive)
     await drive.stop()
     assert.deepEqual([...drive.statuses.keys()], [200])
     assert.ok(drive.acknowledged.length > 0)

@@ -7,7 +7,7 @@ import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { createRequest, exchange, openSocket } from '../helpers/raw-http.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // README, Limits: out of file handles (EMFILE) opening a database connection holds a create and
 // sends it again until its deadline, then 503 / 50301 with Retry-After: 1, never 500; the
@@ -81,7 +81,7 @@ describe('out of file handles', () => {
       for (let i = 0; i < 40 && free() > 0; i++) flood.push(await openSocket(service.base))
       for (let waited = 0; waited < 500; waited += 50) {
         if (free() > 0) return false
-        await new Promise((r) => setTimeout(r, 50))
+        await sleep(50)
       }
       return true
     })
@@ -95,7 +95,7 @@ describe('out of file handles', () => {
           const socket = await openSocket(service.base).catch(() => undefined)
           if (socket) flood.push(socket)
         }
-        await new Promise((r) => setTimeout(r, 2))
+        await sleep(2)
       }
     })()
     const timed = async (socket: Socket, id: number) => {

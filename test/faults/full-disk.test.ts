@@ -15,7 +15,7 @@ import { isRunning } from '../helpers/process.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // The kernel's own full disk: PostgreSQL's data directory (pg_wal with it) on a tmpfs of its
 // own, filled by a file beside it. Outside CI a machine that cannot mount one (not root) skips
@@ -98,7 +98,7 @@ describe("the database's disk full", { concurrency: 1 }, () => {
     const notReady = await readyz(server.base)
     assert.match(String(notReady.body.message), /disk is full/)
     // A 20-s episode.
-    await new Promise((r) => setTimeout(r, Math.max(0, filledAt + 20_000 - performance.now())))
+    await sleep(filledAt + 20_000 - performance.now())
     assert.equal((await readyz(server.base)).status, 503, 'still not ready while the disk is full')
     assert.match(await metricsOf(server.base), /^plant_store_database_disk_full 1$/m)
     const refusedBefore = drive.unavailable.length
@@ -107,7 +107,7 @@ describe("the database's disk full", { concurrency: 1 }, () => {
     const freedAt = performance.now()
     await within(5_000, async () => (drive.acknowledgedAt.at(-1) ?? 0) > freedAt)
     await within(5_000, async () => (await readyz(server.base)).status === 200)
-    await new Promise((r) => setTimeout(r, 1_500))
+    await sleep(1_500)
     await drive.stop()
     assert.match(await metricsOf(server.base), /^plant_store_database_disk_full 0$/m)
 
@@ -152,7 +152,7 @@ describe("the database's WAL cannot grow", { concurrency: 1 }, () => {
     const whileFull: number[] = []
     for (let i = 0; i < 8; i++) {
       whileFull.push((await readyz(server.base)).status)
-      await new Promise((r) => setTimeout(r, 1_000))
+      await sleep(1_000)
     }
     assert.deepEqual(
       whileFull.filter((s) => s !== 503),

@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, createTestDatabase } from '../helpers/database.ts'
-import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { isRunning, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
 import { within } from '../helpers/wait.ts'
@@ -45,7 +45,7 @@ describe('durability under kill -9', () => {
     const first = await startServiceProcess('node', { DATABASE_URL: db.url }, { after })
     const token = await tokenFor(db.sql, first.base, 'durability')
     const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
-    await new Promise((r) => setTimeout(r, 1500))
+    await underWay(drive)
     first.child.kill('SIGKILL')
     await first.exited
     await drive.stop()
@@ -76,7 +76,7 @@ describe('durability under kill -9', () => {
     const first = await startServiceProcess('node', {}, tmp, dir)
     const token = (await readFile(join(dir, '.data', 'dev-token'), 'utf8')).trim()
     const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
-    await new Promise((r) => setTimeout(r, 1500))
+    await underWay(drive)
     const postmaster = Number(
       (await readFile(join(dir, '.data', 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[0],
     )

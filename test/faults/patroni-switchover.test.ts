@@ -2,11 +2,11 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { limits } from '../../src/limits.ts'
-import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { startHaproxyForPatroni } from '../helpers/haproxy.ts'
 import { patroniUnavailable, startPatroniCluster } from '../helpers/patroni.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 // Outside CI a machine without Patroni, etcd or PostgreSQL 15 skips this file with the reason;
 // in CI their absence is a failure (.ci/run installs them).
@@ -33,12 +33,12 @@ describe('a Patroni switchover', { skip, concurrency: 2 }, () => {
     await sql.end()
 
     const drive = driveCreates(service.base, token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 1500))
+    await underWay(drive)
     const asked = performance.now()
     const to = await cluster.switchover(from)
     await within(30_000, async () => (await cluster.leader(30_000)) === to)
     const settled = performance.now()
-    await new Promise((r) => setTimeout(r, 2000))
+    await sleep(2000)
     await drive.stop()
 
     const statuses = JSON.stringify(Object.fromEntries(drive.statuses))

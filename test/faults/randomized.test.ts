@@ -22,6 +22,7 @@ import {
   startPrimaryAndStandby,
   startServer,
 } from '../helpers/replication.ts'
+import { sleep } from '../helpers/wait.ts'
 
 // A Jepsen-style run: the service as `npm start` runs it with WORKERS=2, on a URL listing a
 // PostgreSQL 18 primary and its synchronous standby; 8 clients sending fresh ids, exact retries
@@ -62,8 +63,6 @@ function childrenOf(pid: number): number[] {
   }
   return found
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /** A fault: does its harm, ends it, and resolves with the moment it ended. */
 type Fault = { readonly name: string; readonly run: (stage: Stage) => Promise<number> }

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { statusLinesOf } from '../helpers/raw-http.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
+import { sleep } from '../helpers/wait.ts'
 
 // Requests whose framing hides a second one, sent on raw sockets.
 
@@ -69,7 +70,7 @@ describe('abuse: request smuggling is refused (regression cases)', () => {
       const statuses = await statusesOf(wrap(hidden(id)))
       assert.ok(statuses.length >= 1 && statuses[0] === 400, `answers: ${statuses}`)
       assert.ok(!statuses.includes(200), `answers: ${statuses}`)
-      await new Promise((r) => setTimeout(r, 200))
+      await sleep(200)
       assert.equal(await stored(id), false)
     })
   }

@@ -5,7 +5,7 @@ import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
 import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
 import { serverPort } from '../helpers/ports.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { within } from '../helpers/wait.ts'
+import { sleep, within } from '../helpers/wait.ts'
 
 describe('a rolling deploy behind HAProxy', () => {
   test('two instances restarted in turn with SIGTERM under 8 keep-alive clients, the balancer checking /readyz every 500 ms without retry-on: no client error, no 5xx, nothing lost', {
@@ -30,7 +30,7 @@ describe('a rolling deploy behind HAProxy', () => {
     const balancer = await startHaproxy({ after }, ports)
 
     const drive = driveCreates(balancer.url, token, { concurrency: 8 })
-    await new Promise((r) => setTimeout(r, 1000))
+    await sleep(1000)
     const stops: number[] = []
     for (const [i, port] of ports.entries()) {
       const old = instances[i]
@@ -43,7 +43,7 @@ describe('a rolling deploy behind HAProxy', () => {
       instances[i] = fresh
       await within(10_000, async () => (await fetch(`${fresh.base}/readyz`)).status === 200)
       // Two good checks 500 ms apart before HAProxy sends to it again.
-      await new Promise((r) => setTimeout(r, 1500))
+      await sleep(1500)
     }
     await drive.stop()
 

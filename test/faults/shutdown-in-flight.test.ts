@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase, holdPlantsLock } from '../helpers/database.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
+import { sleep } from '../helpers/wait.ts'
 
 describe('shutdown with requests in flight', () => {
   test('SIGTERM with 50 creates in flight: all complete with full responses, exit 0 within 10 s, every row whole', async () => {
@@ -20,10 +21,10 @@ describe('shutdown with requests in flight', () => {
       })
       return { status: res.status, body: (await res.json()) as unknown }
     })
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
     service.child.kill('SIGTERM')
     const signalled = performance.now()
-    await new Promise((r) => setTimeout(r, 500))
+    await sleep(500)
     await unlock()
 
     const responses = await Promise.all(sent)

@@ -1,5 +1,6 @@
 import { Agent, request } from 'node:http'
 import { Agent as TlsAgent, request as tlsRequest } from 'node:https'
+import { sleep, within } from './wait.ts'
 
 /** A create the service answered with 200, and what was sent for it. */
 export type Acknowledged = { id: string; name: string; tag: string | null }
@@ -114,7 +115,7 @@ export function driveCreates(
         drive.unavailableAt.push(performance.now())
       }
       if (status === 0 && untilError) return
-      if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs))
+      if (pauseMs > 0) await sleep(pauseMs)
     }
   }
   const loops = Promise.all(Array.from({ length: concurrency }, loop)).then(() => {})
@@ -138,4 +139,12 @@ export async function lostAcknowledgements(
     const row = stored.get(a.id)
     return row === undefined || row.name !== a.name || row.tag !== a.tag
   })
+}
+
+/**
+ * Resolves once `drive` has had `creates` creates acknowledged (a load under way, its
+ * connections open and its statements warm), before a test brings its fault; rejects after `ms`.
+ */
+export async function underWay(drive: Drive, creates = 200, ms = 15_000): Promise<void> {
+  await within(ms, () => drive.acknowledged.length >= creates)
 }

@@ -10,6 +10,7 @@ import { type Drive, driveCreates, lostAcknowledgements } from './drive.ts'
 import { type Direction, partition } from './partition.ts'
 import { tokenFor } from './process.ts'
 import { connect, startPrimaryAndStandby } from './replication.ts'
+import { sleep } from './wait.ts'
 
 // A partition run and what must hold of it (issue 20): the service under load, a port of the
 // database path cut off by iptables for a while, then healed.
@@ -46,7 +47,7 @@ function poll(url: string, into: Probe[], everyMs: number): () => Promise<void> 
       } catch (err) {
         into.push({ at, answeredAt: performance.now(), status: 0, message: String(err) })
       }
-      await new Promise((r) => setTimeout(r, everyMs))
+      await sleep(everyMs)
     }
   })()
   return async () => {
@@ -90,13 +91,13 @@ export async function partitioned(
   const stopLiveness = poll(`${s.base}/healthz`, liveness, 1000)
   const drive = driveCreates(s.base, s.token, { concurrency: 8, pauseMs: 50 })
 
-  await new Promise((r) => setTimeout(r, 2000))
+  await sleep(2000)
   const cut = partition(s.port, direction, t, s.address)
   const cutAt = performance.now()
-  await new Promise((r) => setTimeout(r, seconds * 1000))
+  await sleep(seconds * 1000)
   cut.heal()
   const healedAt = performance.now()
-  await new Promise((r) => setTimeout(r, 15_000))
+  await sleep(15_000)
   await drive.stop()
   await stopReadiness()
   await stopLiveness()

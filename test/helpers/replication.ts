@@ -10,7 +10,7 @@ import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
 import { makeTestCertificates } from './tls.ts'
-import { within } from './wait.ts'
+import { sleep, within } from './wait.ts'
 
 const run = promisify(execFile)
 
@@ -133,7 +133,7 @@ export async function failOver(
 ): Promise<number> {
   primary.child.kill('SIGKILL')
   await primary.exited
-  await new Promise((r) => setTimeout(r, afterMs))
+  await sleep(afterMs)
   if (promotion === 'pg_ctl promote') await pgCtlPromote(standby.dir, version)
   else {
     const promoting = connect(standby.port, 'postgres')
@@ -271,7 +271,7 @@ export async function startRestartableServer(t: Cleanup, { version = 18 as Versi
       const stopping = performance.now()
       server.child.kill('SIGINT')
       await server.exited
-      await new Promise((r) => setTimeout(r, downMs))
+      await sleep(downMs)
       server = await startServer(dataDir, port, tmp, version)
       return performance.now() - stopping
     },

@@ -7,3 +7,12 @@ export async function within(ms: number, check: () => boolean | Promise<boolean>
   }
   throw new Error(`not true within ${ms} ms`)
 }
+
+/**
+ * Waits `ms`: for a span of time that is itself what a test is about (load kept up for a while,
+ * a period in which something must not happen, a fault that lasts). To wait for something to
+ * become true, use `within`.
+ */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
+}
