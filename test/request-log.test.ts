@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
+import { createHttpServer } from '../src/http/server.ts'
+import { reply } from '../src/http/types.ts'
+import { createLog } from '../src/log.ts'
+import { manualClock } from './helpers/clock.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 
 const s = await startTestServer({ after })
@@ -39,5 +43,35 @@ describe('one JSON log line per request', () => {
   test('the log holds no token, only token names', async () => {
     await s.post({ id: uniqueId(), name: 'x' })
     assert.ok(!JSON.stringify(s.logs).includes(s.token))
+  })
+})
+
+describe('the HTTP server on a clock of its own', () => {
+  test("a request's deadlines count from its arrival on the server's clock, and its logged duration is that clock's", async () => {
+    const { clock, advance } = manualClock(5000)
+    const lines: Record<string, unknown>[] = []
+    const log = createLog('info', (l) => lines.push(JSON.parse(l) as Record<string, unknown>))
+    let receivedAt: number | undefined
+    const server = createHttpServer({
+      log,
+      clock,
+      route: () => ({
+        pattern: '/slow',
+        params: {},
+        target: async (_req, ctx) => {
+          receivedAt = ctx.receivedAt
+          await advance(250)
+          return reply({ ok: true })
+        },
+      }),
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    after(() => new Promise<void>((resolve) => server.close(() => resolve())))
+    const { port } = server.address() as { port: number }
+    const res = await fetch(`http://127.0.0.1:${port}/slow`)
+    assert.equal(res.status, 200)
+    assert.equal(receivedAt, 5000)
+    const line = lines.find((l) => l.message === 'request')
+    assert.equal(line?.durationMs, 250)
   })
 })

@@ -8,6 +8,7 @@ import {
 } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
+import { type Clock, systemClock } from '../clock.ts'
 import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
@@ -16,7 +17,7 @@ import { contentAnswer, jsonAnswer } from './answer.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
 import type { Routed } from './router.ts'
-import { traceOf } from './trace-context.ts'
+import { type Trace, traceOf } from './trace-context.ts'
 import type { Outcome, RequestContext } from './types.ts'
 
 const requestIdPattern = new RegExp(`^[A-Za-z0-9._-]{1,${limits.http.requestIdLength}}$`)
@@ -37,6 +38,8 @@ export type HttpOptions = {
   readonly trustedProxies?: ReadonlySet<string>
   /** The instance is leaving (SIGTERM): every answer closes its connection. */
   readonly leaving?: () => boolean
+  /** The time a request is received at (its deadlines count from it) and answered. */
+  readonly clock?: Clock
 }
 
 /**
@@ -78,6 +81,7 @@ export function createHttpServer({
   maxConnections,
   trustedProxies = new Set(),
   leaving = () => false,
+  clock = systemClock,
 }: HttpOptions): Server {
   const requests: RequestHandling = {
     route,
@@ -87,6 +91,7 @@ export function createHttpServer({
     spans,
     trustedProxies,
     leaving,
+    clock,
   }
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
@@ -189,10 +194,10 @@ export function createHttpServer({
   })
   // accept() failing (EMFILE: out of file handles) must not end the process; the connection is
   // lost, the service goes on.
-  let lastAcceptError = 0
+  let lastAcceptError = Number.NEGATIVE_INFINITY
   server.on('error', (err: NodeJS.ErrnoException) => {
-    if (performance.now() - lastAcceptError < 1000) return
-    lastAcceptError = performance.now()
+    if (clock.now() - lastAcceptError < 1000) return
+    lastAcceptError = clock.now()
     log.warn('a connection could not be accepted', { error: err.code ?? err.message })
   })
   return server
@@ -200,40 +205,28 @@ export function createHttpServer({
 
 /** What handling a request needs from the server's options, its defaults applied. */
 type RequestHandling = Required<
-  Pick<HttpOptions, 'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies' | 'leaving'>
+  Pick<
+    HttpOptions,
+    'route' | 'log' | 'metrics' | 'traceContext' | 'trustedProxies' | 'leaving' | 'clock'
+  >
 > &
   Pick<HttpOptions, 'spans'>
 
 /**
  * One request, start to end: the Host check, the request id, the route, the outcome (a throw
- * made 503 or 500), the answer, the metrics and the log line.
+ * made 500), the answer, the metrics and the log line.
  */
 async function handle(
   req: IncomingMessage,
   res: ServerResponse,
   conn: Connection,
-  { route, log, metrics, traceContext, spans, trustedProxies, leaving }: RequestHandling,
+  handling: RequestHandling,
 ): Promise<void> {
-  const started = performance.now()
+  const { log, metrics, traceContext, spans, trustedProxies, leaving, clock } = handling
+  const started = clock.now()
   // HTTP/1.1 requires Host (RFC 9112 §3.2); Node's own check is off (see createHttpServer).
-  if (req.headers.host === undefined && req.httpVersion === '1.1') {
-    closeAfterThis(conn)
-    const requestId = randomUUID()
-    res.writeHead(400, {
-      connection: 'close',
-      'content-length': 0,
-      'x-content-type-options': 'nosniff',
-      'x-request-id': requestId,
-    })
-    res.end()
-    log.info('request', {
-      requestId,
-      client: req.socket.remoteAddress,
-      status: 400,
-      parserError: 'no Host',
-    })
-    return
-  }
+  if (req.headers.host === undefined && req.httpVersion === '1.1')
+    return refuseNoHost(req, res, conn, log)
   const given = req.headers['x-request-id']
   const requestId = typeof given === 'string' && requestIdPattern.test(given) ? given : randomUUID()
   const client = clientAddress(
@@ -255,48 +248,20 @@ async function handle(
     serverPort: req.socket.localPort,
   })
   const trace = span ? span.trace : traceContext ? traceOf(req.headers.traceparent) : undefined
-
-  let outcome: Outcome
-  // The route pattern, never the raw path: every unknown path is one label value.
-  let routeLabel = 'unmatched'
-  try {
-    const { target, pattern, params } = route(method, path)
-    routeLabel = pattern ?? 'unmatched'
-    const ctx: RequestContext = {
-      receivedAt: started,
-      requestId,
-      sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
-      client,
-      params,
-      trace,
-    }
-    outcome = typeof target === 'function' ? await target(req, ctx) : target
-  } catch (err) {
-    // Only faults are thrown: an expected failure, a gap in the database included, is an outcome.
-    outcome = failure(50001, `unexpected fault; quote request id ${requestId}`)
-    log.error('unexpected fault', {
-      requestId,
-      error: err instanceof Error ? (err.stack ?? err.message) : String(err),
-    })
+  const ctx: Omit<RequestContext, 'params'> = {
+    receivedAt: started,
+    requestId,
+    sendContinue: req.headers.expect === undefined ? undefined : () => res.writeContinue(),
+    client,
+    trace,
   }
+  const { outcome, routeLabel } = await outcomeOf(req, method, path, ctx, handling)
   // A gap in the database: counted by why. The request's own line says what happened; a gap
   // has a warning of its own when it begins and ends (plants/gaps.ts), a full disk one more.
   if (outcome.unavailable) metrics.unavailable(outcome.unavailable.reason)
 
-  const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
-  const { status, headers, body } = answer
-  if (outcome.headers) Object.assign(headers, outcome.headers)
-  headers['x-request-id'] = requestId
-  if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
-  // A body left unread (refused early, or cut off at the size limit) is not drained: the
-  // connection is closed after the response instead. An instance that is leaving closes each
-  // connection after its next answer: the client (a balancer) opens its next one elsewhere.
-  if (!req.complete || conn.closing || leaving()) headers.connection = 'close'
-  res.writeHead(status, headers)
-  res.end(body)
-  if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)
-
-  const ms = performance.now() - started
+  const status = writeAnswer(req, res, conn, outcome, requestId, trace, leaving)
+  const ms = clock.now() - started
   metrics.requestAnswered(method, routeLabel, status, ms / 1000)
   span?.end(status, routeLabel, outcome.kind === 'failure' ? outcome.code : undefined)
   // A 503 is an episode's (a gap, a full disk, readiness, the instance leaving), whose own lines
@@ -319,6 +284,80 @@ async function handle(
     spanId: trace?.spanId,
     parentSpanId: trace?.parentId,
   })
+}
+
+/** A request of HTTP/1.1 without Host: 400, no body, and the connection closed. */
+function refuseNoHost(req: IncomingMessage, res: ServerResponse, conn: Connection, log: Log) {
+  closeAfterThis(conn)
+  const requestId = randomUUID()
+  res.writeHead(400, {
+    connection: 'close',
+    'content-length': 0,
+    'x-content-type-options': 'nosniff',
+    'x-request-id': requestId,
+  })
+  res.end()
+  log.info('request', {
+    requestId,
+    client: req.socket.remoteAddress,
+    status: 400,
+    parserError: 'no Host',
+  })
+}
+
+/**
+ * The route's outcome for the request, and the route's pattern (never the raw path: every
+ * unknown path is one label value). Only faults are thrown: an expected failure, a gap in the
+ * database included, is an outcome; a throw is answered 500 (50001) and logged with its stack.
+ */
+async function outcomeOf(
+  req: IncomingMessage,
+  method: string,
+  path: string,
+  ctx: Omit<RequestContext, 'params'>,
+  { route, log }: RequestHandling,
+): Promise<{ outcome: Outcome; routeLabel: string }> {
+  let routeLabel = 'unmatched'
+  try {
+    const { target, pattern, params } = route(method, path)
+    routeLabel = pattern ?? 'unmatched'
+    const outcome = typeof target === 'function' ? await target(req, { ...ctx, params }) : target
+    return { outcome, routeLabel }
+  } catch (err) {
+    log.error('unexpected fault', {
+      requestId: ctx.requestId,
+      error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+    })
+    return {
+      outcome: failure(50001, `unexpected fault; quote request id ${ctx.requestId}`),
+      routeLabel,
+    }
+  }
+}
+
+/** Writes `outcome` as the response, with the headers every answer carries; its status. */
+function writeAnswer(
+  req: IncomingMessage,
+  res: ServerResponse,
+  conn: Connection,
+  outcome: Outcome,
+  requestId: string,
+  trace: Trace | undefined,
+  leaving: () => boolean,
+): number {
+  const answer = outcome.kind === 'content' ? contentAnswer(req, outcome) : jsonAnswer(outcome)
+  const { status, headers, body } = answer
+  if (outcome.headers) Object.assign(headers, outcome.headers)
+  headers['x-request-id'] = requestId
+  if (trace) headers.traceparent = `00-${trace.traceId}-${trace.spanId}-${trace.flags}`
+  // A body left unread (refused early, or cut off at the size limit) is not drained: the
+  // connection is closed after the response instead. An instance that is leaving closes each
+  // connection after its next answer: the client (a balancer) opens its next one elsewhere.
+  if (!req.complete || conn.closing || leaving()) headers.connection = 'close'
+  res.writeHead(status, headers)
+  res.end(body)
+  if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)
+  return status
 }
 
 /**
