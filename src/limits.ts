@@ -54,7 +54,7 @@ export const limits = {
      * Both deadlines above count from the request's arrival, and a create or a readiness probe
      * stops waiting this long before its deadline: time for the answer to be written and carried
      * back, through a balancer too, within it (behind HAProxy, answers at the full deadline
-     * reached the client 0.1 to 0.3 s after it).
+     * reached the client late: test/faults/behind-haproxy.test.ts).
      */
     answerMargin: 300,
     /** A pool connection idle this long is closed. */
@@ -76,8 +76,8 @@ export const limits = {
     maxInFlight: 2,
     /**
      * On an instance on a Citus worker, statements in flight to each worker: its creates already
-     * wait in one queue per worker, and one statement each makes fuller batches (the bench's
-     * rounds through the workers: 1.38 × the coordinator's rate, against 1.22 with 2).
+     * wait in one queue per worker, and one statement each makes fuller batches (faster than 2
+     * in the bench's rounds through the workers: BENCHMARKS.md, "On a Citus cluster").
      */
     maxInFlightPerWorker: 1,
     /** Most creates waiting; beyond it a create is refused at once as unavailable (503). */

@@ -220,9 +220,9 @@ export async function shardPlacements(sql: Sql): Promise<(id: bigint) => Placeme
  * A worker's part of a batch that touches at most this many of its shards goes as one statement
  * per shard, else as one statement for the worker. A statement that spans shards costs Citus a
  * coordinated transaction on the worker (BEGIN, a distributed transaction id, COMMIT) on top of a
- * task per shard; a statement for one shard is routed as it is and commits alone. With 4 shards
- * on 2 workers, per shard measured 1.49 to 1.63x pgbench's single-row inserts against 1.14 to
- * 1.33x per worker; with 32, where a part touches about 7 shards, per shard fell to 0.6x.
+ * task per shard; a statement for one shard is routed as it is and commits alone. Per shard is
+ * the faster with few shards a worker, and the slower with many (a part touching about 7 of
+ * them): the figures are in BENCHMARKS.md, "On a Citus cluster".
  */
 export const shardsPerStatement = 2
 

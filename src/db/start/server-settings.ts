@@ -32,10 +32,9 @@ export function growthSettings(totalBytes = totalmem()): Record<string, string> 
 }
 
 /**
- * wal_compression methods, best first: lz4 is fast and cut WAL per row 4 to 5 times here. pglz is
- * left out: it spends CPU on every full-page image and saves little on this table's index pages.
- * At 40 million rows, right after a checkpoint, the bench measured the service at 0.36 of its
- * empty-table rate and 4,596 WAL bytes per row with it, 0.69 and 3,539 with off (BENCHMARKS.md).
+ * wal_compression methods, best first: lz4 is fast and cuts WAL per row several times. pglz is
+ * left out: it spends CPU on every full-page image and saves little on this table's index pages,
+ * slower than `off` at 40 million rows (BENCHMARKS.md, "A table that grows").
  */
 const compressionPreference = ['lz4', 'zstd'] as const
 
@@ -83,7 +82,7 @@ export async function warnAboutServerSettings(sql: Sql, log: Log): Promise<void>
     )
   } else if (compression === 'pglz' || compression === 'on') {
     log.warn(
-      `wal_compression is ${compression} (pglz): it spends CPU on every full-page image and saves little on index pages of random ids; at 40 million rows the bench measured the service at 0.36 of its empty-table rate with it and 0.69 with off; set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)`,
+      `wal_compression is ${compression} (pglz): it spends CPU on every full-page image and saves little on index pages of random ids; at 40 million rows the service was about half as fast with it as with off (BENCHMARKS.md, "A table that grows"); set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)`,
     )
   }
   const maxWal = Number(of('max_wal_size')?.bytes ?? Number.NaN)
