@@ -101,7 +101,7 @@ async function prepareOnce(
       },
     }
   } catch (err) {
-    log.error(`the service did not start: ${describeError(err)}`)
+    log.error('the service did not start', { error: describeError(err) })
     await sql?.end({ timeout: 5 })
     await db?.stop()
     return undefined
@@ -124,9 +124,11 @@ function startWorkers(config: Config, log: Log, fork: () => Worker): Promise<str
     }
     const onExit = (worker: Worker, code: number | null, signal: string | null) => {
       cleanup()
-      log.error(
-        `the service did not start: worker ${worker.id} exited with ${signal ?? `code ${code}`} before it listened`,
-      )
+      log.error('the service did not start: a worker exited before it listened', {
+        worker: worker.id,
+        code: code ?? undefined,
+        signal: signal ?? undefined,
+      })
       resolve(undefined)
     }
     const cleanup = () => {
@@ -150,22 +152,21 @@ function replaceDeadWorkers(
     const lived = performance.now() - (started.get(worker) ?? 0)
     started.delete(worker)
     const again = lived < limits.workers.quickDeath ? limits.workers.restartPause : 0
-    log.error(
-      `worker ${worker.id} (pid ${worker.process.pid}) exited with ${signal ?? `code ${code}`}; starting a new one${again ? ' in 1 s' : ''}`,
-      {
-        worker: worker.id,
-        pid: worker.process.pid,
-        code: code ?? undefined,
-        signal: signal ?? undefined,
-      },
-    )
+    log.error('a worker exited; starting a new one', {
+      worker: worker.id,
+      pid: worker.process.pid,
+      code: code ?? undefined,
+      signal: signal ?? undefined,
+      restartInMs: again,
+    })
     setTimeout(() => {
       if (state.stopping) return
       const replacement = fork()
       replacement.once('listening', () =>
-        log.info(`worker ${replacement.id} replaces worker ${worker.id}`, {
+        log.info('a new worker replaces the one that exited', {
           worker: replacement.id,
           pid: replacement.process.pid,
+          replaced: worker.id,
         }),
       )
     }, again).unref()
@@ -181,7 +182,11 @@ async function stopWorkers(log: Log, signal: 'SIGINT' | 'SIGTERM' = 'SIGTERM'): 
         if (worker.isDead()) return resolve(true)
         worker.once('exit', (code, signal) => {
           if (code !== 0)
-            log.warn(`worker ${worker.id} exited with ${signal ?? `code ${code}`} while stopping`)
+            log.warn('a worker exited with an error while stopping', {
+              worker: worker.id,
+              code: code ?? undefined,
+              signal: signal ?? undefined,
+            })
           resolve(code === 0)
         })
         worker.process.kill(signal)

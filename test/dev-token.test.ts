@@ -12,7 +12,7 @@ describe('the dev token of the embedded default', () => {
   test('the dev token never expires and is not warned about beside the embedded database; another token that never expires is', async () => {
     const db = await createTestDatabase({ after })
     const { dir } = await tempDir({ after }, 'plant-store-dev-token-')
-    const lines: { level: string; message: string; tokens?: string }[] = []
+    const lines: { level: string; message: string; tokens?: string; count?: number }[] = []
     const log = createLog('info', (line) => lines.push(JSON.parse(line)))
     ;(await prepareTokens(db.sql, log, { embedded: true, dataDir: dir }))()
     const token = (await readFile(join(dir, 'dev-token'), 'utf8')).trim()
@@ -33,15 +33,16 @@ describe('the dev token of the embedded default', () => {
     assert.equal(warnings[0]?.tokens, 'forever')
     assert.match(
       warnings[0]?.message ?? '',
-      /^1 token\(s\) never expire: forever; a leaked copy works until it is revoked/,
+      /^tokens that never expire: a leaked copy works until it is revoked/,
     )
+    assert.equal(warnings[0]?.count, 1)
     assert.ok(!warnings[0]?.message.includes(token))
   })
 
   test('on a database of its own (DATABASE_URL), a token named dev that never expires is warned about like any other', async () => {
     const db = await createTestDatabase({ after })
     const { dir } = await tempDir({ after }, 'plant-store-dev-token-')
-    const lines: { level: string; message: string; tokens?: string }[] = []
+    const lines: { level: string; message: string; tokens?: string; count?: number }[] = []
     const log = createLog('info', (line) => lines.push(JSON.parse(line)))
     await createToken(db.sql, 'dev', null)
     ;(await prepareTokens(db.sql, log, { embedded: false, dataDir: dir }))()

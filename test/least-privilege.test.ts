@@ -98,12 +98,13 @@ describe('least privilege: the service as a role that may only insert and read',
     const lines = stdout
       .trim()
       .split('\n')
-      .map((l) => JSON.parse(l) as { message: string })
+      .map((l) => JSON.parse(l) as { message: string; error?: string })
     assert.equal(lines.length, 1, stdout)
+    assert.equal(lines[0]?.message, 'the service did not start')
     assert.match(
-      lines[0]?.message ?? '',
+      lines[0]?.error ?? '',
       new RegExp(
-        `^the service did not start: .*the schema is not current \\(MIGRATE=off\\): 1 migration\\(s\\) pending, ${last?.name}; run npm run migrate as the tables' owner$`,
+        `the schema is not current \\(MIGRATE=off\\): 1 migration\\(s\\) pending, ${last?.name}; run npm run migrate as the tables' owner$`,
       ),
     )
     assert.ok(!stdout.includes(password))

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { coalescedWriter, createLog } from '../src/log.ts'
+import { projectDir } from './helpers/cli.ts'
 
 describe('log lines', () => {
   test('each line is one JSON object: time, level, message, then the fields that are set', () => {
@@ -103,5 +106,54 @@ describe('log lines', () => {
     out.write('next turn\n')
     out.flush()
     assert.deepEqual(chunks.slice(1), ['next turn\n'])
+  })
+})
+
+describe('the lines an operator may alert on (docs/observability.md)', () => {
+  const srcDir = join(projectDir, 'src')
+  const sources = readdirSync(srcDir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => readFileSync(join(srcDir, f), 'utf8'))
+  // The first argument of every log.warn and log.error: a literal, or a name (a message passed in).
+  const written = sources.flatMap((text) =>
+    [
+      ...text.matchAll(
+        /log\.(?:warn|error)\(\s*(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"|(`[^`]*`)|\w+)/g,
+      ),
+    ].map((m) => m[1] ?? m[2] ?? m[3]),
+  )
+  const docs = readFileSync(join(projectDir, 'docs', 'observability.md'), 'utf8')
+  const table = docs.slice(docs.indexOf('## Log lines to alert on'))
+  // The code spans of the table's first column: a message, or its start before ` …`.
+  const listed = table
+    .split('\n')
+    .filter((l) => l.startsWith('| `'))
+    .flatMap((l) => [...(l.split(' | ')[0] ?? '').matchAll(/`([^`]+)`/g)].map((m) => m[1] ?? ''))
+  const matches = (message: string, entry: string) =>
+    entry.endsWith(' …') ? message.startsWith(entry.slice(0, -2)) : message === entry
+
+  test('every warn and error message is a fixed sentence, its values in fields', () => {
+    assert.deepEqual(
+      written.filter((m) => m?.startsWith('`') && m.includes('${')),
+      [],
+    )
+  })
+
+  test('the table lists every warn and error message the code writes, and nothing else', () => {
+    const messages = written
+      .filter((m): m is string => m !== undefined)
+      .map((m) => m.replace(/^`|`$/g, ''))
+    assert.ok(messages.length >= 30, `only ${messages.length} messages found`)
+    assert.deepEqual(
+      messages.filter((m) => !listed.some((entry) => matches(m, entry))),
+      [],
+      'written, not listed',
+    )
+    const code = sources.join('\n')
+    assert.deepEqual(
+      listed.filter((entry) => !code.includes(entry.endsWith(' …') ? entry.slice(0, -2) : entry)),
+      [],
+      'listed, not written',
+    )
   })
 })

@@ -60,8 +60,9 @@ export function createLastUse(
       for (const id of ids) written.delete(id)
       const now = Date.now()
       if (now - failedAt >= limits.tokens.lastUseFailureLogEvery)
-        log.warn(`could not record when tokens were last used: ${describeError(err)}`, {
+        log.warn('could not record when tokens were last used', {
           tokens: ids.length,
+          error: describeError(err),
         })
       failedAt = now
     }

@@ -18,18 +18,19 @@ export async function warnAboutEverlastingTokens(
   const names = (await everlastingTokens(sql)).filter((name) => name !== unwarned)
   if (names.length === 0) return
   log.warn(
-    `${names.length} token(s) never expire: ${names.join(', ')}; a leaked copy works until it is revoked. Replace each with one that expires: npm run token -- rotate NAME --expires-in 90d, and hand the new token to the client`,
-    { tokens: names.join(',') },
+    'tokens that never expire: a leaked copy works until it is revoked; replace each with one that expires (npm run token -- rotate NAME --expires-in 90d) and hand the new token to the client',
+    { tokens: names.join(','), count: names.length },
   )
 }
 
 /** One warning line for each token that works and expires within 14 days, naming it. */
 export async function warnAboutExpiringTokens(sql: Sql, log: Log, now = Date.now()): Promise<void> {
   for (const { name, expiresAt } of await expiringTokens(sql, limits.tokens.warnBefore)) {
-    log.warn(
-      `token ${name} expires ${expiresAt.toISOString()} (${fromNow(expiresAt, now)}); rotate it before then: npm run token -- rotate ${name}`,
-      { token: name, expiresAt: expiresAt.toISOString() },
-    )
+    log.warn('a token expires soon: rotate it before then (npm run token -- rotate NAME)', {
+      token: name,
+      expiresAt: expiresAt.toISOString(),
+      expiresIn: fromNow(expiresAt, now),
+    })
   }
 }
 
@@ -49,7 +50,7 @@ export async function watchTokenLifetimes(
   await warnAboutExpiringTokens(sql, log)
   const timer = setInterval(() => {
     warnAboutExpiringTokens(sql, log).catch((err: unknown) =>
-      log.warn(`could not read which tokens expire soon: ${describeError(err)}`),
+      log.warn('could not read which tokens expire soon', { error: describeError(err) }),
     )
   }, everyMs)
   timer.unref()

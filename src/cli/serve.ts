@@ -74,7 +74,7 @@ export async function serve(
   try {
     service = await starting
   } catch (err) {
-    log.error(`the service did not start: ${describeError(err)}`)
+    log.error('the service did not start', { error: describeError(err) })
     return 1
   }
   const signal = await stopped

@@ -127,7 +127,7 @@ export async function followCitusPrimaries(
         next.set(group, node)
         if (!dropped.has(group))
           log.warn(
-            `pg_dist_node names no active primary for Citus group ${group}; its creates go on to its last one, ${node}`,
+            'pg_dist_node names no active primary for a Citus group: its creates go on to its last one',
             { group, node },
           )
       }
@@ -136,7 +136,7 @@ export async function followCitusPrimaries(
       for (const [group, node] of read) {
         const was = before.get(group)
         if (was === undefined || was === node) continue
-        log.info(`pg_dist_node: the primary of Citus group ${group} is now ${node}, was ${was}`, {
+        log.info('pg_dist_node names a new primary for a Citus group', {
           group,
           node,
           was,

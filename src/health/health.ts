@@ -109,7 +109,7 @@ export function createReadyz(
     if (verdict.ready !== ready) {
       ready = verdict.ready
       if (verdict.ready) log.info('readiness: ready')
-      else log.warn(`readiness: not ready, ${verdict.reason}`)
+      else log.warn('readiness: not ready', { reason: verdict.reason })
     }
     if (verdict.ready) return reply({ status: 'ready' })
     // Leaving is the instance's, not the database's: a 503 that is not counted as one.

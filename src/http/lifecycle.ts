@@ -37,7 +37,7 @@ export async function drain(server: Server, graceMs: number, log: Log): Promise<
     timer = setTimeout(() => resolve('late'), graceMs)
   })
   if ((await Promise.race([closed, late])) === 'late') {
-    log.warn(`requests still running after ${graceMs} ms were cut off`)
+    log.warn('requests still running at the end of the grace were cut off', { graceMs })
     server.closeAllConnections()
     await closed
   }

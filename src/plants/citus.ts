@@ -69,7 +69,11 @@ export async function plantsWritePath(
     if (say) log.info(`plants is distributed on Citus: ${routedLine()}`)
   } else if (say)
     log.warn(
-      `plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run as its owner: ${distributePlantsSql(await plantsShardCount(sql))} (npm run migrate does this on a new database); the service then sends creates to its shards within ${limits.citus.writePathCheck / 1000} s`,
+      'plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run the statement in `sql` as its owner (npm run migrate does this on a new database), and the service sends creates to its shards within `withinMs`',
+      {
+        sql: distributePlantsSql(await plantsShardCount(sql)),
+        withinMs: limits.citus.writePathCheck,
+      },
     )
   return { path, citus: true }
 }

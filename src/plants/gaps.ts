@@ -67,8 +67,6 @@ export function gapHooks(
     ...(database !== undefined && { database }),
     ...(where !== undefined && { node: where() }),
   })
-  const suffix = () => (where === undefined ? '' : ` (${where()})`)
-  const named = () => where?.() ?? database ?? 'the database'
 
   function end(open: Gap): void {
     gap = undefined
@@ -83,15 +81,11 @@ export function gapHooks(
       ...node(),
     }
     if (disk !== undefined)
-      log.warn(
-        `the database's disk has room again (${named()}): a create was stored ${Math.round(backAt - disk.since)} ms after the first one refused for want of disk space; ${unavailable} creates were answered 503 meanwhile`,
-        { ...fields, diskFullMs: Math.round(backAt - disk.since) },
-      )
-    else
-      log.warn(
-        `the database took creates again${suffix()} after ${ms} ms: ${held} creates held, ${resent} sent again, ${unavailable} answered 503`,
-        fields,
-      )
+      log.warn("the database's disk has room again: a create was stored", {
+        ...fields,
+        diskFullMs: Math.round(backAt - disk.since),
+      })
+    else log.warn('the database took creates again', fields)
   }
 
   function check(): void {
@@ -140,10 +134,11 @@ export function gapHooks(
       if (gap.disk === undefined) {
         gap.disk = { message: diskMessage, since: now, lastFailure: now }
         log.warn(
-          `the database's disk is full (${named()}): PostgreSQL says "${diskMessage}"; creates are answered 503 with Retry-After and /readyz says 503 until one is stored again`,
+          "the database's disk is full: creates are answered 503 with Retry-After and /readyz says 503 until one is stored again",
           {
             reason: 'disk_full',
             code: String((err as { code?: unknown } | null)?.code ?? ''),
+            postgres: diskMessage,
             ...node(),
           },
         )
@@ -159,7 +154,7 @@ export function gapHooks(
         const open = failure(
           reason,
           err,
-          `the database is unavailable${suffix()}: holding creates and sending them again until their deadlines`,
+          'the database is unavailable: holding creates and sending them again until their deadlines',
         )
         open.held += first
         open.resent += items
@@ -168,7 +163,7 @@ export function gapHooks(
         const open = failure(
           undefined,
           err,
-          `the database refuses creates${suffix()}: answering them 503 with Retry-After`,
+          'the database refuses creates: answering them 503 with Retry-After',
         )
         open.unavailable += items
       },

@@ -137,8 +137,13 @@ function openBatching(
       }),
     cutLoose: (slot, ms, sockets) =>
       log.warn(
-        `no answer from the database${named ? ` (${named()})` : ''} for ${ms} ms; closed the connection of statement slot ${slot} and opening a new one`,
-        { sockets, ...(node !== undefined && { node: node() }) },
+        'no answer from the database past the deadlines of a statement: closed its connection and opening a new one',
+        {
+          ms,
+          slot,
+          sockets,
+          ...(node === undefined ? { database: describeDatabase(url) } : { node: node() }),
+        },
       ),
   })
   const store: PlantStore = Object.freeze({
@@ -243,11 +248,7 @@ function openRoutedStore(
       connectionError(`the primary of Citus group ${group} moved to ${node}`, 'ECONNRESET'),
     )
     log.info(
-      `creates whose rows are in Citus group ${group} go to its new primary at ${node}${
-        sockets > 0
-          ? `; closed ${sockets} connection(s) to ${was}`
-          : ` (no connection to ${was} was left open)`
-      }`,
+      'creates of a Citus group go to its new primary; the connections to the old one are closed',
       { group, node, was, sockets },
     )
   })
@@ -258,10 +259,10 @@ function openRoutedStore(
     if (opened === undefined) {
       opened = open(group)
       others.set(group, opened)
-      log.info(
-        `creates whose rows are in Citus group ${group} go straight to its primary, now at ${primaries.of(group)}`,
-        { group, node: primaries.of(group) },
-      )
+      log.info('creates of a Citus group go straight to its primary', {
+        group,
+        node: primaries.of(group),
+      })
     }
     return opened.store
   }

@@ -97,7 +97,10 @@ export async function openSpans(
     if (errorType === undefined) {
       spanCounts.exported += count
       if (droppedInEpisode > 0)
-        log.info(`spans reach ${settings.url} again`, { droppedSpans: droppedInEpisode })
+        log.info('spans reach the collector again', {
+          endpoint: settings.url,
+          droppedSpans: droppedInEpisode,
+        })
       droppedInEpisode = 0
       return
     }
@@ -105,8 +108,13 @@ export async function openSpans(
     else spanCounts.exportFailed += count
     if (droppedInEpisode === 0)
       log.warn(
-        `spans are being dropped: ${errorType === 'queue_full' ? `${settings.batch.maxQueueSize} wait to be sent already` : `an export to ${settings.url} failed (${errorType})`}; requests go on as before, and plant_store_spans_dropped_total counts what is lost`,
-        { reason: errorType },
+        'spans are being dropped: requests go on as before, and plant_store_spans_dropped_total counts what is lost',
+        {
+          reason: errorType,
+          ...(errorType === 'queue_full'
+            ? { queued: settings.batch.maxQueueSize }
+            : { endpoint: settings.url }),
+        },
       )
     droppedInEpisode += count
   }

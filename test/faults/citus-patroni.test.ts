@@ -230,10 +230,11 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
     // What W1 held to the old primary is closed.
     await within(2000, async () => connectionsTo(w1Pid, moved?.from.port ?? 0) === 0)
     assert.ok(
-      w1.service.lines.some((l) =>
-        String(l.message).startsWith(
-          `creates whose rows are in Citus group 2 go to its new primary at 127.0.0.1:${moved?.to.port}`,
-        ),
+      w1.service.lines.some(
+        (l) =>
+          String(l.message).startsWith('creates of a Citus group go to its new primary') &&
+          l.group === 2 &&
+          l.node === `127.0.0.1:${moved?.to.port}`,
       ),
       'W1 logs the group primary it now writes to',
     )

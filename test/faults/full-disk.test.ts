@@ -116,7 +116,7 @@ describe("the database's disk full", { concurrency: 1 }, () => {
     const warnings = linesAt(server.logs, logFrom, ['warn', 'error'])
     const full = warnings.filter((l) => String(l.message).startsWith("the database's disk is full"))
     assert.equal(full.length, 1, JSON.stringify(warnings.slice(0, 5)))
-    assert.match(String(full[0]?.message), /No space left on device|could not extend file/)
+    assert.match(String(full[0]?.postgres), /No space left on device|could not extend file/)
     assert.match(String(full[0]?.database), /127\.0\.0\.1:\d+\/postgres/)
     const back = warnings.filter((l) =>
       String(l.message).startsWith("the database's disk has room again"),
@@ -281,7 +281,7 @@ describe('new connections that cannot write their init file', { concurrency: 1 }
         String(l.message).startsWith("the database's disk is full"),
       )
       assert.equal(said.length, 1)
-      assert.match(String(said[0]?.message), /could not write init file|No space left on device/)
+      assert.match(String(said[0]?.postgres), /could not write init file|No space left on device/)
       // A start against it refuses, saying why in words.
       await assert.rejects(
         startTestServer(disk, { db: server.db }),
@@ -418,9 +418,9 @@ describe("npm start with the embedded database's disk full", { concurrency: 1 },
         refused.out
           .split('\n')
           .filter((l) => l.startsWith('{'))
-          .map((l) => JSON.parse(l) as { message: string })
-          .find((l) => l.message.startsWith('the service did not start: '))?.message ?? refused.out,
-      ).replace('the service did not start: ', '')
+          .map((l) => JSON.parse(l) as { message: string; error?: string })
+          .find((l) => l.message === 'the service did not start')?.error ?? refused.out,
+      )
       assert.ok(said.startsWith(`the disk of ${disk.dir}/data is full: ${what} (`), said)
       assert.match(said, /[Nn]o space left on device[^)]*\); free space there and start again$/)
       await disk.free()

@@ -16,10 +16,11 @@ function startLine(stdout: string): string {
   const lines = stdout
     .trim()
     .split('\n')
-    .map((l) => JSON.parse(l) as { level: string; message: string })
+    .map((l) => JSON.parse(l) as { level: string; message: string; error?: string })
   const failed = lines.find((l) => l.level === 'error')
   assert.ok(failed, stdout)
-  return failed.message
+  assert.equal(failed.message, 'the service did not start')
+  return String(failed.error)
 }
 
 /**

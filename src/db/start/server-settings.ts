@@ -82,13 +82,15 @@ export async function warnAboutServerSettings(sql: Sql, log: Log): Promise<void>
     )
   } else if (compression === 'pglz' || compression === 'on') {
     log.warn(
-      `wal_compression is ${compression} (pglz): it spends CPU on every full-page image and saves little on index pages of random ids; at 40 million rows the service was about half as fast with it as with off (BENCHMARKS.md, "A table that grows"); set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)`,
+      'wal_compression is pglz: it spends CPU on every full-page image and saves little on index pages of random ids; at 40 million rows the service was about half as fast with it as with off (BENCHMARKS.md, "A table that grows"); set wal_compression = lz4 (or zstd) if your server is built with it, else off (see docs/operations.md)',
+      { wal_compression: compression },
     )
   }
   const maxWal = Number(of('max_wal_size')?.bytes ?? Number.NaN)
   if (maxWal < 2 * 2 ** 30) {
     log.warn(
-      `max_wal_size is ${Math.round(maxWal / 2 ** 20)} MB: under a steady stream of creates checkpoints come by WAL volume, and each one makes every page's next change a full-page image again; set max_wal_size to 8GB or more (see docs/operations.md)`,
+      "max_wal_size is under 2 GB: under a steady stream of creates checkpoints come by WAL volume, and each one makes every page's next change a full-page image again; set max_wal_size to 8GB or more (see docs/operations.md)",
+      { maxWalSizeMb: Math.round(maxWal / 2 ** 20) },
     )
   }
 }
@@ -104,7 +106,8 @@ export async function warnWithoutStatementTimeout(sql: Sql, log: Log): Promise<v
   const ms = row?.ms ?? 0
   if (ms === 0 || ms > limits.database.statement) {
     log.warn(
-      `statement_timeout is ${ms === 0 ? 'off' : `${ms} ms`} through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'`,
+      "statement_timeout is off or over 5 s through the pooler; set it on the role or database: ALTER ROLE … SET statement_timeout = '5s'",
+      { statementTimeoutMs: ms },
     )
   }
 }
