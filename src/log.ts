@@ -101,9 +101,13 @@ export function coalescedWriter(
   }
 }
 
-/** An error as a log line states it: its message, or the thrown value itself. */
-export function describeError(err: unknown): string {
-  return err instanceof Error ? err.message : String(err)
+/**
+ * An error as text, the one way the service writes one (log fields, messages): its message (with
+ * `stack`, its stack, for a fault to report), or the thrown value itself.
+ */
+export function describeError(err: unknown, { stack = false }: { stack?: boolean } = {}): string {
+  if (!(err instanceof Error)) return String(err)
+  return stack ? (err.stack ?? err.message) : err.message
 }
 
 let droppedLines = 0

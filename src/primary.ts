@@ -29,8 +29,14 @@ export async function runPrimary(
   // the client waits for ever on a connection nobody serves. A worker's own connections close
   // with it. Node's own NODE_CLUSTER_SCHED_POLICY=rr still chooses round robin (docs/scaling.md).
   if (!config.nodeSchedulingPolicy) cluster.schedulingPolicy = cluster.SCHED_NONE
-  const db = await prepareOnce(config, log, dataDir)
-  if (db === undefined) return stopRequested() === undefined ? 1 : 0
+  let db: EmbeddedDatabase
+  try {
+    db = await prepareOnce(config, log, dataDir)
+  } catch (err) {
+    // A start that fails says so one way, whatever failed: as serve.ts says it.
+    log.error('the service did not start', { error: describeError(err) })
+    return stopRequested() === undefined ? 1 : 0
+  }
   const early = stopRequested()
   if (early !== undefined) {
     log.info(`${early} received during start-up; stopping`)
@@ -50,8 +56,11 @@ export async function runPrimary(
   }
   answerMetricsRequests()
 
-  const url = await startWorkers(config, log, fork)
-  if (url === undefined) {
+  let url: string
+  try {
+    url = await startWorkers(config, fork)
+  } catch (err) {
+    log.error('the service did not start', { error: describeError(err) })
     state.stopping = true
     await stopWorkers(log)
     await db.stop()
@@ -76,13 +85,9 @@ export async function runPrimary(
 /**
  * The database set-up done once for all workers: migrations, the dev token when embedded, and
  * the warnings about tokens (at start, then daily), which keep a connection of their own until
- * the database is stopped.
+ * the database is stopped. Throws, having released what it opened, when a step fails.
  */
-async function prepareOnce(
-  config: Config,
-  log: Log,
-  dataDir: string,
-): Promise<EmbeddedDatabase | undefined> {
+async function prepareOnce(config: Config, log: Log, dataDir: string): Promise<EmbeddedDatabase> {
   let db: PreparedDatabase | undefined
   let sql: Sql | undefined
   try {
@@ -101,17 +106,16 @@ async function prepareOnce(
       },
     }
   } catch (err) {
-    log.error('the service did not start', { error: describeError(err) })
     await sql?.end({ timeout: 5 })
     await db?.stop()
-    return undefined
+    throw err
   }
 }
 
-/** Forks every worker; resolves with the URL once all listen, or undefined at the first exit. */
-function startWorkers(config: Config, log: Log, fork: () => Worker): Promise<string | undefined> {
+/** Forks every worker; resolves with the URL once all listen, or rejects at the first exit. */
+function startWorkers(config: Config, fork: () => Worker): Promise<string> {
   const all = Array.from({ length: config.workers }, fork)
-  return new Promise<string | undefined>((resolve) => {
+  return new Promise<string>((resolve, reject) => {
     let listening = 0
     const onListening = (_: Worker, address: { address: string | null; port: number }) => {
       // Each worker's METRICS_PORT server listens too; only the service's port counts.
@@ -124,12 +128,9 @@ function startWorkers(config: Config, log: Log, fork: () => Worker): Promise<str
     }
     const onExit = (worker: Worker, code: number | null, signal: string | null) => {
       cleanup()
-      log.error('the service did not start: a worker exited before it listened', {
-        worker: worker.id,
-        code: code ?? undefined,
-        signal: signal ?? undefined,
-      })
-      resolve(undefined)
+      reject(
+        new Error(`worker ${worker.id} exited with ${signal ?? `code ${code}`} before it listened`),
+      )
     }
     const cleanup = () => {
       cluster.off('listening', onListening)

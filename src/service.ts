@@ -7,7 +7,7 @@ import { defaultDataDir, openDatabase, prepareDatabase, sessionsOf } from './db/
 import { warnAboutDatabase } from './db/start/server-settings.ts'
 import { openTopology } from './db/topology.ts'
 import { limits } from './limits.ts'
-import type { Log } from './log.ts'
+import { describeError, type Log } from './log.ts'
 import { createMetrics, noMetrics } from './metrics/metrics.ts'
 import { followWritePath } from './plants/citus.ts'
 import { type BatchLimits, openPlantStore, type PlantStore } from './plants/store.ts'
@@ -186,7 +186,7 @@ function holding(log: Log) {
     async release() {
       for (const release of releases.splice(0).reverse())
         await release().catch((err: unknown) =>
-          log.error('shutdown step failed', { error: String(err) }),
+          log.error('shutdown step failed', { error: describeError(err) }),
         )
     },
   }

@@ -198,7 +198,7 @@ export function createHttpServer({
   server.on('error', (err: NodeJS.ErrnoException) => {
     if (clock.now() - lastAcceptError < 1000) return
     lastAcceptError = clock.now()
-    log.warn('a connection could not be accepted', { error: err.code ?? err.message })
+    log.warn('a connection could not be accepted', { error: err.code ?? describeError(err) })
   })
   return server
 }
@@ -326,7 +326,7 @@ async function outcomeOf(
   } catch (err) {
     log.error('unexpected fault', {
       requestId: ctx.requestId,
-      error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+      error: describeError(err, { stack: true }),
     })
     return {
       outcome: failure(50001, `unexpected fault; quote request id ${ctx.requestId}`),

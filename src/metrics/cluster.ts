@@ -2,6 +2,7 @@ import cluster from 'node:cluster'
 import process from 'node:process'
 import { AggregatorRegistry } from 'prom-client'
 import { limits } from '../limits.ts'
+import { describeError } from '../log.ts'
 
 // With WORKERS, GET /metrics on any worker answers for all of them: the worker asks the primary
 // over the cluster's IPC channel, and the primary adds up every worker's registry.
@@ -71,7 +72,8 @@ export function answerMetricsRequests(): void {
     if (message?.type !== metricsRequest) return
     aggregate().then(
       (text) => worker.send({ type: metricsRequest, id: message.id, text }),
-      (err: unknown) => worker.send({ type: metricsRequest, id: message.id, error: String(err) }),
+      (err: unknown) =>
+        worker.send({ type: metricsRequest, id: message.id, error: describeError(err) }),
     )
   })
 }

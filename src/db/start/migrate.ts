@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url'
 import { runner } from 'node-pg-migrate'
 import pg from 'pg'
 import { limits } from '../../limits.ts'
-import { createLog, type Log } from '../../log.ts'
+import { createLog, describeError, type Log } from '../../log.ts'
 import { createSql } from '../reach/sql.ts'
 import { connectFailure, readError } from '../reach/unavailable.ts'
 
@@ -78,7 +78,9 @@ export async function migrate(
     // black-holed database) must not hang the start or the commands.
     connectionTimeoutMillis: limits.database.connect,
   })
-  client.on('error', (err) => log.warn('migration connection failed', { error: err.message }))
+  client.on('error', (err) =>
+    log.warn('migration connection failed', { error: describeError(err) }),
+  )
   await client.connect().catch((err: unknown) => {
     throw connectFailure(err)
   })

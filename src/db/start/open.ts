@@ -137,7 +137,9 @@ export async function prepareDatabase(
   } catch (err) {
     await db
       .stop()
-      .catch((stopErr: unknown) => log.error('shutdown step failed', { error: String(stopErr) }))
+      .catch((stopErr: unknown) =>
+        log.error('shutdown step failed', { error: describeError(stopErr) }),
+      )
     throw cannotUse(config, db, err)
   }
   return { ...db, sessions }
