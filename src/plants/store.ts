@@ -1,8 +1,7 @@
 import type { Sql } from 'postgres'
 import { type CitusPrimaries, nodeUrl } from '../db/node.ts'
 import { roomOnDisk } from '../db/reach/disk.ts'
-import { openStatementSlots } from '../db/reach/slots.ts'
-import { leaveReadOnlyServer } from '../db/reach/sql.ts'
+import { openStatementSlots, slotPolicy } from '../db/reach/slots.ts'
 import { connectionError, readError } from '../db/reach/unavailable.ts'
 import { describeDatabase } from '../db/reach/url.ts'
 import type { Trace } from '../http/trace-context.ts'
@@ -10,10 +9,11 @@ import { limits } from '../limits.ts'
 import { describeError, type Log } from '../log.ts'
 import { databaseFacts, type Spans } from '../tracing/spans.ts'
 import type { BatchPath, CreateOutcome } from './batch-sql.ts'
-import { type BatchLimits, batchOnSlots, type SlotHooks } from './batcher.ts'
+import type { BatchLimits } from './batcher.ts'
 import type { WritePath } from './citus.ts'
 import { type DiskFull, type GapMetrics, gapHooks } from './gaps.ts'
 import type { NewPlant } from './schema.ts'
+import { batchOnSlots, type SlotHooks } from './slot-batching.ts'
 
 export type { BatchLimits } from './batcher.ts'
 
@@ -123,28 +123,18 @@ function openBatching(
     ...(named && { where: named }),
     database: describeDatabase(url),
   })
-  const batching = batchOnSlots(slots, batchLimits, path, {
+  const where = () => (node === undefined ? { database: describeDatabase(url) } : { node: node() })
+  const batching = batchOnSlots(slots, batchLimits, path, slotPolicy(slots, log, where), {
     statementRan,
     ...(spans && {
       spans: { spans, database: node ? () => databaseFacts(url, node()) : () => ownDatabase },
     }),
     ...gaps.hooks,
     ...(waitingElsewhere && { waitingElsewhere }),
-    readOnly: leaveReadOnlyServer(log),
     fault: (err) =>
       log.error('a fault after an insert statement; its creates were answered by its outcome', {
         error: describeError(err),
       }),
-    cutLoose: (slot, ms, sockets) =>
-      log.warn(
-        'no answer from the database past the deadlines of a statement: closed its connection and opening a new one',
-        {
-          ms,
-          slot,
-          sockets,
-          ...(node === undefined ? { database: describeDatabase(url) } : { node: node() }),
-        },
-      ),
   })
   const store: PlantStore = Object.freeze({
     create: batching.create,

@@ -1,8 +1,10 @@
 import type { Socket } from 'node:net'
 import type { Sql } from 'postgres'
-import type { Log } from '../../log.ts'
+import { limits } from '../../limits.ts'
+import type { Log, LogFields } from '../../log.ts'
+import { DatabaseUnavailable } from '../../outcome.ts'
 import { hostConnector } from './hosts.ts'
-import { createSql, type SqlOptions } from './sql.ts'
+import { applicationName, createSql, type SqlOptions } from './sql.ts'
 
 /**
  * A connection of its own for one statement at a time, which its owner can cut loose: its socket
@@ -95,4 +97,73 @@ export function openStatementSlots(
       end: () => current.sql.end({ timeout: 5 }),
     }
   })
+}
+
+/**
+ * What happens to a statement slot when its statement meets trouble, decided here and nowhere
+ * else (the batcher only reports it):
+ * - **stuck**: no answer for `limits.database.cutLoose` (past every deadline of the creates in
+ *   it: a partition, where nothing comes until the kernel gives up, minutes later): its socket is
+ *   destroyed, which fails the statement with a connection error (sent again) and frees the
+ *   slot, and a new connection is opened; logged once, with `where` (which database or node).
+ * - **connection lost**: the slot starts afresh with a new pool, so that nothing the driver kept
+ *   of the old connection outlives it.
+ * - **read-only** (25006): the sessions leave that server (`leaveReadOnlyServer`).
+ */
+export type SlotPolicy = {
+  readonly stuckAfterMs: number
+  readonly stuck: (slot: number) => void
+  readonly connectionLost: (slot: number) => void
+  readonly readOnly: (slot: number) => void
+}
+
+export function slotPolicy(
+  slots: readonly StatementSlot[],
+  log: Log,
+  where: () => LogFields,
+): SlotPolicy {
+  const stuckAfterMs = limits.database.cutLoose
+  const leave = leaveReadOnlyServer(log)
+  return Object.freeze({
+    stuckAfterMs,
+    stuck(slot: number) {
+      const reason = new DatabaseUnavailable(
+        `no answer from the database for ${stuckAfterMs} ms; the connection was closed`,
+      )
+      const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
+      log.warn(
+        'no answer from the database past the deadlines of a statement: closed its connection and opening a new one',
+        { ms: stuckAfterMs, slot, sockets, ...where() },
+      )
+    },
+    connectionLost(slot: number) {
+      slots[slot]?.cut(new DatabaseUnavailable('the connection was lost'))
+    },
+    readOnly(slot: number) {
+      const s = slots[slot]
+      if (s !== undefined) leave(s.sql)
+    },
+  })
+}
+
+/**
+ * What to do when a write meets a read-only server (25006): a standby, or an old primary that a
+ * DNS name still points at. The pools keep their connections to it, so it ends them from the
+ * server side (its sessions of this application, the one asking included), through the
+ * connection that met it; the driver reconnects, to a writable server once there is one. At
+ * most once a second.
+ */
+export function leaveReadOnlyServer(log: Log): (sql: Sql) => void {
+  let last = Number.NEGATIVE_INFINITY
+  return (sql) => {
+    const now = performance.now()
+    if (now - last < 1000) return
+    last = now
+    log.warn('a write met a read-only server; reconnecting')
+    sql`
+      select pg_terminate_backend(pid) from pg_stat_activity
+      where usename = current_user and application_name = ${applicationName}`.catch(() => {
+      // Ending this very session fails the query: the point of it.
+    })
+  }
 }

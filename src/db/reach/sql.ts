@@ -34,8 +34,8 @@ function withPrimaryForReadWrite(url: string): string {
   return url.replace(/([?&]target_session_attrs=)read-write(?=&|$)/, '$1primary')
 }
 
-/** The application_name of the service's sessions; `leaveReadOnlyServer` ends them by it. */
-const applicationName = 'plant-store'
+/** The application_name of the service's sessions; `leaveReadOnlyServer` (slots.ts) ends them by it. */
+export const applicationName = 'plant-store'
 
 // One statement per connection at a time. postgres.js otherwise pipelines a query onto a busy
 // connection, and one sent there between the socket's error and its close is never settled (its
@@ -139,27 +139,5 @@ export function openServicePools(
       if (listen !== sql) await listen.end({ timeout: 5 })
       await sql.end({ timeout: 5 })
     },
-  }
-}
-
-/**
- * What to do when a write meets a read-only server (25006): a standby, or an old primary that a
- * DNS name still points at. The pools keep their connections to it, so it ends them from the
- * server side (its sessions of this application, the one asking included), through the
- * connection that met it; the driver reconnects, to a writable server once there is one. At
- * most once a second.
- */
-export function leaveReadOnlyServer(log: Log): (sql: Sql) => void {
-  let last = Number.NEGATIVE_INFINITY
-  return (sql) => {
-    const now = performance.now()
-    if (now - last < 1000) return
-    last = now
-    log.warn('a write met a read-only server; reconnecting')
-    sql`
-      select pg_terminate_backend(pid) from pg_stat_activity
-      where usename = current_user and application_name = ${applicationName}`.catch(() => {
-      // Ending this very session fails the query: the point of it.
-    })
   }
 }
