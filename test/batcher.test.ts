@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
+import { DatabaseUnavailable } from '../src/outcome.ts'
 import { createBatcher } from '../src/plants/batcher.ts'
 import type { Settled } from '../src/plants/waiting.ts'
 import { manualClock, settle } from './helpers/clock.ts'
@@ -168,6 +169,35 @@ describe('createBatcher', () => {
     assert.deepEqual(reasons, ['deadline', 'deadline'])
     assert.deepEqual(answeredAt, [soon, soon])
     releaseAll()
+  })
+
+  test('a probe still waiting for a slot at its deadline is rejected as unavailable (deadline) at that moment, and never runs', async () => {
+    const { store, releaseAll } = gatedStore()
+    const { clock, advance } = manualClock()
+    const b = createBatcher(store, { maxBatch: 1, maxInFlight: 1, maxQueued: 10 }, {}, clock)
+    const busy = b.submit(1)
+    await advance(0)
+    let ran = false
+    let rejectedAt: number | undefined
+    let reason: unknown
+    const deadline = clock.now() + 100
+    void b
+      .probe(async () => {
+        ran = true
+      }, deadline)
+      .catch((err: unknown) => {
+        rejectedAt = clock.now()
+        reason = err
+      })
+    await advance(99)
+    assert.equal(rejectedAt, undefined)
+    await advance(1)
+    assert.equal(rejectedAt, deadline)
+    assert.ok(reason instanceof DatabaseUnavailable && reason.reason === 'deadline', String(reason))
+    releaseAll()
+    assert.equal(await busy, 10)
+    await settle()
+    assert.equal(ran, false, 'ran after its deadline')
   })
 
   test('a batch whose statement failed for want of a database is sent again as it is, until it is stored', async () => {

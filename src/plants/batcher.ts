@@ -1,6 +1,7 @@
 import { type Clock, sleepOn, systemClock } from '../clock.ts'
 import { type ResendReason, readError, translateUnavailable } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
+import { DatabaseUnavailable } from '../outcome.ts'
 import {
   createWaiting,
   type Pending,
@@ -71,17 +72,238 @@ export type Batcher<I, O> = {
 type Task = { readonly run: (slot: number) => Promise<void> }
 
 /**
+ * The statement slots of a batcher: which are free, since when each busy one runs (`stuck` when
+ * one has run `stuckAfterMs`), and each one's pause after statements in a row that failed for
+ * want of a database (doubling from `limits.database.resendPause.first` up to its `most`).
+ * `freed` hears of each slot given back.
+ */
+function slotPool(
+  count: number,
+  clock: Clock,
+  { stuck, stuckAfterMs }: { stuck: (slot: number) => void; stuckAfterMs: number },
+  freed: () => void,
+) {
+  const free = Array.from({ length: count }, (_, i) => count - 1 - i)
+  const startedAt = new Map<number, number>()
+  const failedInARow = new Map<number, number>()
+  const { first, most } = contractLimits.database.resendPause
+  return {
+    hasFree: () => free.length > 0,
+    take: () => free.pop() as number,
+    inFlight: () => count - free.length,
+    /** Runs `work` on `slot`, then gives the slot back; `stuck` if it runs `stuckAfterMs`. */
+    async occupy(slot: number, work: () => Promise<void>): Promise<void> {
+      startedAt.set(slot, clock.now())
+      const stopTimer =
+        stuckAfterMs === Number.POSITIVE_INFINITY
+          ? undefined
+          : clock.after(stuckAfterMs, () => stuck(slot))
+      try {
+        await work()
+      } finally {
+        stopTimer?.()
+        startedAt.delete(slot)
+        free.push(slot)
+        freed()
+      }
+    },
+    /** How long `slot` waits after a statement failed for want of a database: doubling. */
+    pauseAfterFailure(slot: number): number {
+      const inARow = failedInARow.get(slot) ?? 0
+      failedInARow.set(slot, inARow + 1)
+      return Math.min(first * 2 ** inARow, most)
+    },
+    /** A statement of `slot` went through: its next failure pauses it the least. */
+    through: (slot: number) => void failedInARow.delete(slot),
+    /** How long the oldest statement in flight has run, in ms. */
+    oldestMs(): number {
+      const now = clock.now()
+      let oldest = 0
+      for (const at of startedAt.values()) oldest = Math.max(oldest, now - at)
+      return oldest
+    },
+  }
+}
+
+/** What answering a statement's items needs: the queue, the hooks, the slots, a lone resend. */
+type Answering<I, O> = {
+  readonly waiting: ReturnType<typeof createWaiting<I, O>>
+  readonly hooks: Required<Omit<BatchHooks, keyof WaitingHooks>>
+  readonly pool: ReturnType<typeof slotPool>
+  readonly storeAlone: (item: I, slot: number) => Promise<O>
+}
+
+/**
+ * Answers each item of a statement that ran by its outcome, then tells the hooks; returns the
+ * slot's pause. Nothing here can make a committed batch a failure: a hook that throws does so
+ * after every item is answered.
+ */
+function settle<I, O>(
+  { waiting, hooks, pool }: Answering<I, O>,
+  batch: Pending<I, O>[],
+  slot: number,
+  outcomes: (O | Error)[],
+): number {
+  const again: Pending<I, O>[] = []
+  let why: { reason: ResendReason; err: Error } | undefined
+  let refusal: Error | undefined
+  let refusedItems = 0
+  batch.forEach((p, i) => {
+    const outcome = outcomes[i]
+    const read = outcome instanceof Error ? readError(outcome) : undefined
+    const reason = read?.resend
+    if (reason !== undefined) {
+      again.push(p)
+      why ??= { reason, err: outcome as Error }
+    } else if (outcome instanceof Error) {
+      if (read?.unavailable) {
+        refusal ??= outcome
+        refusedItems++
+      }
+      waiting.fail(p, outcome)
+    } else if (outcome !== undefined) waiting.answer(p, outcome)
+    else waiting.fail(p, new Error('an item got no outcome'))
+  })
+  if (why !== undefined) waiting.putBack(again, why.reason, why.err)
+  // The hooks last: every item is answered or held again before any of them runs.
+  if (refusal !== undefined) hooks.refused(refusedItems, refusal)
+  if (why === undefined && refusal === undefined) {
+    pool.through(slot)
+    hooks.through()
+    return 0
+  }
+  return why === undefined ? 0 : pool.pauseAfterFailure(slot)
+}
+
+/**
+ * A statement that failed as a whole: held, refused, or its items tried one at a time; the
+ * hooks last, once every item is answered or held again, so that one that throws (reported as
+ * a fault) leaves none unanswered. Returns the slot's pause.
+ */
+async function statementFailed<I, O>(
+  { waiting, hooks, pool, storeAlone }: Answering<I, O>,
+  batch: Pending<I, O>[],
+  slot: number,
+  err: unknown,
+): Promise<number> {
+  const read = readError(err)
+  const { resend: reason, unavailable } = read
+  let pause = 0
+  if (reason !== undefined) {
+    waiting.putBack(batch, reason, err)
+    pause = pool.pauseAfterFailure(slot)
+  } else if (unavailable || batch.length === 1) {
+    for (const p of batch) waiting.fail(p, err)
+  } else {
+    await Promise.all(
+      batch.map((p) =>
+        storeAlone(p.item, slot).then(
+          (outcome) => waiting.answer(p, outcome),
+          (e: unknown) => waiting.fail(p, e),
+        ),
+      ),
+    )
+  }
+  try {
+    if (read.readOnly) hooks.readOnly(slot)
+    if (read.connectionLost) hooks.connectionLost(slot)
+    if (reason === undefined && unavailable) hooks.refused(batch.length, err)
+  } catch (hookErr) {
+    hooks.fault(hookErr)
+  }
+  return pause
+}
+
+/**
+ * Runs one statement of `batch` on `slot` and answers its items (`settle`, or `statementFailed`
+ * for a statement that failed as a whole); the slot then pauses, if the statement failed for
+ * want of a database.
+ */
+async function runStatement<I, O>(
+  answering: Answering<I, O>,
+  storeBatch: (items: readonly I[], slot: number) => Promise<(O | Error)[]>,
+  clock: Clock,
+  batch: Pending<I, O>[],
+  slot: number,
+): Promise<void> {
+  const { waiting, hooks } = answering
+  const started = clock.now()
+  const stopWatching = waiting.watchInFlight(batch)
+  let pause = 0
+  try {
+    let outcomes: (O | Error)[]
+    try {
+      outcomes = await storeBatch(
+        batch.map((p) => p.item),
+        slot,
+      )
+    } catch (err) {
+      pause = await statementFailed(answering, batch, slot, err)
+      return
+    }
+    // Past the statement: what follows answers its items, whatever a hook does after.
+    pause = settle(answering, batch, slot, outcomes)
+    hooks.statementRan(batch.length, (clock.now() - started) / 1000)
+  } catch (err) {
+    // A fault of our own after the items were answered (a hook that threw): reported, and the
+    // answers stand.
+    hooks.fault(err)
+  } finally {
+    stopWatching()
+    // The slot takes nothing more for a moment: its connection is being opened again, or the
+    // server is still away; the items held may go out on another slot meanwhile.
+    if (pause > 0) await sleepOn(clock, pause)
+  }
+}
+
+/**
+ * Queues `work` as a task that runs on the next free slot, before any batch waiting; rejects as
+ * unavailable (deadline) at `expiresAt`, a task still waiting for a slot then dropped.
+ */
+function probeOn<T>(
+  tasks: Task[],
+  schedule: () => void,
+  clock: Clock,
+  connectionLost: (slot: number) => void,
+  work: (slot: number) => Promise<T>,
+  expiresAt: number,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const stopTimer = clock.after(expiresAt - clock.now(), () => {
+      const at = tasks.indexOf(task)
+      if (at >= 0) tasks.splice(at, 1)
+      const late = pastDeadline()
+      reject(new DatabaseUnavailable(late.detail, { reason: late.reason }))
+    })
+    const task: Task = {
+      async run(slot) {
+        try {
+          resolve(await work(slot))
+        } catch (err) {
+          if (readError(err).connectionLost) connectionLost(slot)
+          reject(err)
+        } finally {
+          stopTimer()
+        }
+      },
+    }
+    tasks.push(task)
+    schedule()
+  }).catch(translateUnavailable)
+}
+
+/**
  * Coalesces the items that arrive while statements are in flight into one call of `storeBatch`
  * (one statement, one commit), yet answers each item with its own outcome. A batch that fails
- * for want of a database (`resendReason`: the connection refused or lost, the server restarting
- * or read-only) is held: its items go back to the head of the queue and are sent again, on the
- * slot's next connection, until their deadlines; its slot pauses a moment first (doubling, up to
- * `limits.database.resendPause.most`). That is safe because an item's outcome is decided by what
- * the table holds (the id is the idempotency key): a batch whose commit's outcome is unknown is
- * sent again as it is. A batch that fails otherwise as unavailable rejects every item (its
- * statement is one transaction: all or nothing is stored); any other failure is retried one item
- * at a time, so one bad item fails only itself. The items' queue and deadlines are
- * `createWaiting`'s; this runs the statements on slots.
+ * for want of a database (`readError`'s resend reason: the connection refused or lost, the
+ * server restarting or read-only) is held: its items go back to the head of the queue and are
+ * sent again, on the slot's next connection, until their deadlines; its slot pauses a moment
+ * first (`slotPool`). That is safe because an item's outcome is decided by what the table holds
+ * (the id is the idempotency key): a batch whose commit's outcome is unknown is sent again as it
+ * is. A batch that fails otherwise as unavailable answers every item unavailable (its statement
+ * is one transaction: all or nothing is stored); any other failure is retried one item at a
+ * time, so one bad item fails only itself. The items' queue and deadlines are `createWaiting`'s;
+ * this runs the statements on slots.
  */
 export function createBatcher<I, O>(
   // An Error among the outcomes fails that item alone (a part of the batch that was sent as a
@@ -106,195 +328,52 @@ export function createBatcher<I, O>(
 ): Batcher<I, O> {
   const waiting = createWaiting<I, O>(limits.maxQueued, waitingHooks, clock)
   const tasks: Task[] = []
-  // The free slots; a slot is one statement in flight at a time (a connection of its own).
-  const free = Array.from({ length: limits.maxInFlight }, (_, i) => limits.maxInFlight - 1 - i)
-  const startedAt = new Map<number, number>()
-  // Statements in a row of each slot that failed for want of a database: its next pause.
-  const failedInARow = new Map<number, number>()
-  const { first: firstPause, most: mostPause } = contractLimits.database.resendPause
+  // A slot is one statement in flight at a time (a connection of its own).
+  const pool = slotPool(limits.maxInFlight, clock, { stuck, stuckAfterMs }, () => schedule())
+  const hooks = {
+    statementRan,
+    readOnly,
+    stuck,
+    stuckAfterMs,
+    connectionLost,
+    through,
+    refused,
+    fault,
+  }
+  const answering: Answering<I, O> = {
+    waiting,
+    hooks,
+    pool,
+    async storeAlone(item, slot) {
+      const [outcome] = await storeBatch([item], slot)
+      if (outcome === undefined) throw new Error('an item got no outcome')
+      if (outcome instanceof Error) throw outcome
+      return outcome
+    },
+  }
   let scheduled = false
-
-  async function storeAlone(item: I, slot: number): Promise<O> {
-    const [outcome] = await storeBatch([item], slot)
-    if (outcome === undefined) throw new Error('an item got no outcome')
-    if (outcome instanceof Error) throw outcome
-    return outcome
-  }
-
-  /** Runs `work` on `slot`; cut loose if it has no answer for `stuckAfterMs`. */
-  async function occupy(slot: number, work: () => Promise<void>): Promise<void> {
-    startedAt.set(slot, clock.now())
-    const stopTimer =
-      stuckAfterMs === Number.POSITIVE_INFINITY
-        ? undefined
-        : clock.after(stuckAfterMs, () => stuck(slot))
-    try {
-      await work()
-    } finally {
-      stopTimer?.()
-      startedAt.delete(slot)
-      free.push(slot)
-      schedule()
-    }
-  }
-
-  /** How long `slot` waits after a statement failed for want of a database: doubling. */
-  function pauseAfterFailure(slot: number): number {
-    const inARow = failedInARow.get(slot) ?? 0
-    failedInARow.set(slot, inARow + 1)
-    return Math.min(firstPause * 2 ** inARow, mostPause)
-  }
-
-  /**
-   * Answers each item of a statement that ran by its outcome, then tells the hooks; returns the
-   * slot's pause. Nothing here can make a committed batch a failure: a hook that throws does so
-   * after every item is answered.
-   */
-  function settle(batch: Pending<I, O>[], slot: number, outcomes: (O | Error)[]): number {
-    const again: Pending<I, O>[] = []
-    let why: { reason: ResendReason; err: Error } | undefined
-    let refusal: Error | undefined
-    let refusedItems = 0
-    batch.forEach((p, i) => {
-      const outcome = outcomes[i]
-      const read = outcome instanceof Error ? readError(outcome) : undefined
-      const reason = read?.resend
-      if (reason !== undefined) {
-        again.push(p)
-        why ??= { reason, err: outcome as Error }
-      } else if (outcome instanceof Error) {
-        if (read?.unavailable) {
-          refusal ??= outcome
-          refusedItems++
-        }
-        waiting.fail(p, outcome)
-      } else if (outcome !== undefined) waiting.answer(p, outcome)
-      else waiting.fail(p, new Error('an item got no outcome'))
-    })
-    if (why !== undefined) waiting.putBack(again, why.reason, why.err)
-    // The hooks last: every item is answered or held again before any of them runs.
-    if (refusal !== undefined) refused(refusedItems, refusal)
-    if (why === undefined && refusal === undefined) {
-      failedInARow.delete(slot)
-      through()
-      return 0
-    }
-    return why === undefined ? 0 : pauseAfterFailure(slot)
-  }
-
-  /**
-   * A statement that failed as a whole: held, refused, or its items tried one at a time; the
-   * hooks last, once every item is answered or held again, so that one that throws (reported as
-   * a fault) leaves none unanswered. Returns the slot's pause.
-   */
-  async function statementFailed(batch: Pending<I, O>[], slot: number, err: unknown) {
-    const read = readError(err)
-    const { resend: reason, unavailable } = read
-    let pause = 0
-    if (reason !== undefined) {
-      waiting.putBack(batch, reason, err)
-      pause = pauseAfterFailure(slot)
-    } else if (unavailable || batch.length === 1) {
-      for (const p of batch) waiting.fail(p, err)
-    } else {
-      await Promise.all(
-        batch.map((p) =>
-          storeAlone(p.item, slot).then(
-            (outcome) => waiting.answer(p, outcome),
-            (e: unknown) => waiting.fail(p, e),
-          ),
-        ),
-      )
-    }
-    try {
-      if (read.readOnly) readOnly(slot)
-      if (read.connectionLost) connectionLost(slot)
-      if (reason === undefined && unavailable) refused(batch.length, err)
-    } catch (hookErr) {
-      fault(hookErr)
-    }
-    return pause
-  }
-
-  async function run(batch: Pending<I, O>[], slot: number): Promise<void> {
-    const started = clock.now()
-    const stopWatching = waiting.watchInFlight(batch)
-    let pause = 0
-    try {
-      let outcomes: (O | Error)[]
-      try {
-        outcomes = await storeBatch(
-          batch.map((p) => p.item),
-          slot,
-        )
-      } catch (err) {
-        pause = await statementFailed(batch, slot, err)
-        return
-      }
-      // Past the statement: what follows answers its items, whatever a hook does after.
-      pause = settle(batch, slot, outcomes)
-      statementRan(batch.length, (clock.now() - started) / 1000)
-    } catch (err) {
-      // A fault of our own after the items were answered (a hook that threw): reported, and the
-      // answers stand.
-      fault(err)
-    } finally {
-      stopWatching()
-      // The slot takes nothing more for a moment: its connection is being opened again, or the
-      // server is still away; the items held may go out on another slot meanwhile.
-      if (pause > 0) await sleepOn(clock, pause)
-    }
-  }
 
   function flush(): void {
     scheduled = false
-    while (free.length > 0) {
+    while (pool.hasFree()) {
       const task = tasks.shift()
       const batch = task === undefined ? waiting.take(limits.maxBatch) : []
       if (task === undefined && batch.length === 0) break
-      const slot = free.pop() as number
-      void occupy(slot, () => (task === undefined ? run(batch, slot) : task.run(slot)))
+      const slot = pool.take()
+      void pool.occupy(slot, () =>
+        task === undefined
+          ? runStatement(answering, storeBatch, clock, batch, slot)
+          : task.run(slot),
+      )
     }
   }
 
   // Flushing after the current I/O phase lets the items parsed in it share one statement.
   function schedule(): void {
-    if (!scheduled && (waiting.size() > 0 || tasks.length > 0) && free.length > 0) {
+    if (!scheduled && (waiting.size() > 0 || tasks.length > 0) && pool.hasFree()) {
       scheduled = true
       clock.soon(flush)
     }
-  }
-
-  function oldestMs(): number {
-    const now = clock.now()
-    let oldest = 0
-    for (const at of startedAt.values()) oldest = Math.max(oldest, now - at)
-    return oldest
-  }
-
-  function probe<T>(work: (slot: number) => Promise<T>, expiresAt: number): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      // At the deadline: dropped if still waiting for a slot, answered either way.
-      const stopTimer = clock.after(expiresAt - clock.now(), () => {
-        const at = tasks.indexOf(task)
-        if (at >= 0) tasks.splice(at, 1)
-        reject(pastDeadline())
-      })
-      const task: Task = {
-        async run(slot) {
-          try {
-            resolve(await work(slot))
-          } catch (err) {
-            if (readError(err).connectionLost) connectionLost(slot)
-            reject(err)
-          } finally {
-            stopTimer()
-          }
-        },
-      }
-      tasks.push(task)
-      schedule()
-    }).catch(translateUnavailable)
   }
 
   function submit(item: I, expiresAt = Number.POSITIVE_INFINITY): Promise<Settled<O>> {
@@ -305,12 +384,9 @@ export function createBatcher<I, O>(
 
   return Object.freeze({
     submit,
-    probe,
-    load: () => ({
-      queued: waiting.size(),
-      inFlight: limits.maxInFlight - free.length,
-      oldestMs: oldestMs(),
-    }),
+    probe: <T>(work: (slot: number) => Promise<T>, expiresAt: number) =>
+      probeOn(tasks, schedule, clock, connectionLost, work, expiresAt),
+    load: () => ({ queued: waiting.size(), inFlight: pool.inFlight(), oldestMs: pool.oldestMs() }),
     queued: waiting.size,
   })
 }
