@@ -2,13 +2,7 @@ import { type Clock, sleepOn, systemClock } from '../clock.ts'
 import { type ResendReason, readError, translateUnavailable } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
-import {
-  createWaiting,
-  type Pending,
-  pastDeadline,
-  type Settled,
-  type WaitingHooks,
-} from './waiting.ts'
+import { type Pending, pastDeadline, type Settled, Waiting, type WaitingHooks } from './waiting.ts'
 
 /** How items are grouped into statements. */
 export type BatchLimits = {
@@ -127,7 +121,7 @@ function slotPool(
 
 /** What answering a statement's items needs: the queue, the hooks, the slots, a lone resend. */
 type Answering<I, O> = {
-  readonly waiting: ReturnType<typeof createWaiting<I, O>>
+  readonly waiting: Waiting<I, O>
   readonly hooks: Required<Omit<BatchHooks, keyof WaitingHooks>>
   readonly pool: ReturnType<typeof slotPool>
   readonly storeAlone: (item: I, slot: number) => Promise<O>
@@ -302,7 +296,7 @@ function probeOn<T>(
  * (the id is the idempotency key): a batch whose commit's outcome is unknown is sent again as it
  * is. A batch that fails otherwise as unavailable answers every item unavailable (its statement
  * is one transaction: all or nothing is stored); any other failure is retried one item at a
- * time, so one bad item fails only itself. The items' queue and deadlines are `createWaiting`'s;
+ * time, so one bad item fails only itself. The items' queue and deadlines are `Waiting`'s;
  * this runs the statements on slots.
  */
 export function createBatcher<I, O>(
@@ -326,7 +320,7 @@ export function createBatcher<I, O>(
   }: BatchHooks = {},
   clock: Clock = systemClock,
 ): Batcher<I, O> {
-  const waiting = createWaiting<I, O>(limits.maxQueued, waitingHooks, clock)
+  const waiting = new Waiting<I, O>(limits.maxQueued, waitingHooks, clock)
   const tasks: Task[] = []
   // A slot is one statement in flight at a time (a connection of its own).
   const pool = slotPool(limits.maxInFlight, clock, { stuck, stuckAfterMs }, () => schedule())

@@ -66,88 +66,60 @@ export const pastDeadline = (lastReason?: ResendReason) =>
  * item and one each statement in flight, rather than one per item. At most `maxQueued` wait,
  * with those of `waitingElsewhere`.
  */
-export function createWaiting<I, O>(
-  maxQueued: number,
-  {
-    held = () => {},
-    heldEnded = () => {},
-    expired = () => {},
-    waitingElsewhere = () => 0,
-  }: WaitingHooks = {},
-  clock: Clock = systemClock,
-) {
-  const queue = createDeadlineQueue<Pending<I, O>>()
-  let stopWatching: Cancel | undefined
-  let watchedAt = Number.POSITIVE_INFINITY
+export class Waiting<I, O> {
+  readonly #queue = createDeadlineQueue<Pending<I, O>>()
+  readonly #hooks: Required<WaitingHooks>
+  #stopWatching: Cancel | undefined
+  #watchedAt = Number.POSITIVE_INFINITY
 
-  function end(p: Pending<I, O>, outcome: Settled<O>, how: HeldOutcome): void {
-    if (p.done) return
-    p.done = true
-    if (p.heldAt !== undefined) heldEnded(how, (clock.now() - p.heldAt) / 1000)
-    p.resolve(outcome)
+  readonly #maxQueued: number
+  readonly #clock: Clock
+
+  constructor(maxQueued: number, hooks: WaitingHooks = {}, clock: Clock = systemClock) {
+    this.#maxQueued = maxQueued
+    this.#clock = clock
+    this.#hooks = {
+      held: hooks.held ?? (() => {}),
+      heldEnded: hooks.heldEnded ?? (() => {}),
+      expired: hooks.expired ?? (() => {}),
+      waitingElsewhere: hooks.waitingElsewhere ?? (() => 0),
+    }
   }
 
-  /** Answers `p` with what the database said of it. */
-  function answer(p: Pending<I, O>, outcome: O): void {
-    end(p, outcome, 'answered')
-  }
-
-  /** Answers `p` unavailable, or as a fault, by what its statement ended with. */
-  function fail(p: Pending<I, O>, err: unknown): void {
-    refuse(p, outcomeOfError(err))
-  }
-
-  function refuse(p: Pending<I, O>, outcome: Unavailable | Fault): void {
-    end(p, outcome, outcome.kind)
-  }
-
-  function expire(p: Pending<I, O>): void {
-    if (p.done) return
-    expired()
-    refuse(p, pastDeadline(p.lastReason))
-  }
-
-  /** Watches the queue's head: a timer at its deadline, moved when the head changes. */
-  function watchQueue(): void {
-    const at = queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
-    if (at === watchedAt) return
-    stopWatching?.()
-    stopWatching = undefined
-    watchedAt = at
-    if (at === Number.POSITIVE_INFINITY) return
-    stopWatching = clock.after(at - clock.now(), () => {
-      stopWatching = undefined
-      watchedAt = Number.POSITIVE_INFINITY
-      dropExpired()
-      watchQueue()
-    })
-  }
-
-  // The queue is in the order of deadlines, so the expired items lead it.
-  function dropExpired(): void {
-    for (const p of queue.takeExpired(clock.now())) expire(p)
-  }
+  /** Items waiting for a statement (not those in flight). */
+  readonly size = (): number => this.#queue.size()
 
   /**
    * Queues `item` by its deadline (last, unless it came after a later one); resolves with its
    * outcome, never rejects. Refused at once (unavailable, `queue_full`), never queued, when
    * `maxQueued` already wait.
    */
-  function add(item: I, expiresAt: number): Promise<Settled<O>> {
+  add(item: I, expiresAt: number): Promise<Settled<O>> {
     // The one check of the limit on items waiting, whichever batcher of the instance they wait in.
-    if (queue.size() + waitingElsewhere() >= maxQueued) return Promise.resolve(queueFull(maxQueued))
+    if (this.#queue.size() + this.#hooks.waitingElsewhere() >= this.#maxQueued)
+      return Promise.resolve(queueFull(this.#maxQueued))
     return new Promise<Settled<O>>((resolve) => {
-      queue.insert({ item, expiresAt, resolve, done: false })
-      watchQueue()
+      this.#queue.insert({ item, expiresAt, resolve, done: false })
+      this.#watchQueue()
     })
   }
 
   /** Takes up to `most` of the items waiting, the earliest deadlines first, for one statement. */
-  function take(most: number): Pending<I, O>[] {
-    dropExpired()
-    const batch = queue.take(most)
-    watchQueue()
+  take(most: number): Pending<I, O>[] {
+    this.#dropExpired()
+    const batch = this.#queue.take(most)
+    this.#watchQueue()
     return batch
+  }
+
+  /** Answers `p` with what the database said of it. */
+  answer(p: Pending<I, O>, outcome: O): void {
+    this.#end(p, outcome, 'answered')
+  }
+
+  /** Answers `p` unavailable, or as a fault, by what its statement ended with. */
+  fail(p: Pending<I, O>, err: unknown): void {
+    this.#refuse(p, outcomeOfError(err))
   }
 
   /**
@@ -155,14 +127,14 @@ export function createWaiting<I, O>(
    * deadlines go back to the queue, ahead of every later item, to be sent again; the latest of
    * the queue past `maxQueued` are refused as a full queue refuses (never sent).
    */
-  function putBack(batch: readonly Pending<I, O>[], reason: ResendReason, err: unknown): void {
-    const now = clock.now()
+  putBack(batch: readonly Pending<I, O>[], reason: ResendReason, err: unknown): void {
+    const now = this.#clock.now()
     const again: Pending<I, O>[] = []
     let first = 0
     for (const p of batch) {
       if (p.done) continue
       if (p.expiresAt <= now) {
-        expire(p)
+        this.#expire(p)
         continue
       }
       if (p.heldAt === undefined) {
@@ -172,38 +144,65 @@ export function createWaiting<I, O>(
       p.lastReason = reason
       again.push(p)
     }
-    held(reason, again.length, first, err)
-    queue.merge(again)
-    const room = Math.max(0, maxQueued - waitingElsewhere())
-    for (const p of queue.takeBeyond(room)) refuse(p, queueFull(maxQueued))
-    watchQueue()
+    this.#hooks.held(reason, again.length, first, err)
+    this.#queue.merge(again)
+    const room = Math.max(0, this.#maxQueued - this.#hooks.waitingElsewhere())
+    for (const p of this.#queue.takeBeyond(room)) this.#refuse(p, queueFull(this.#maxQueued))
+    this.#watchQueue()
   }
 
   /** Answers each item of a statement in flight at its deadline; returns the stop. */
-  function watchInFlight(batch: readonly Pending<I, O>[]): () => void {
+  watchInFlight(batch: readonly Pending<I, O>[]): () => void {
     let stop: Cancel | undefined
     const check = () => {
-      const now = clock.now()
+      const now = this.#clock.now()
       let next = Number.POSITIVE_INFINITY
       for (const p of batch) {
         if (p.done) continue
-        if (p.expiresAt <= now) expire(p)
+        if (p.expiresAt <= now) this.#expire(p)
         else if (p.expiresAt < next) next = p.expiresAt
       }
-      stop = next === Number.POSITIVE_INFINITY ? undefined : clock.after(next - now, check)
+      stop = next === Number.POSITIVE_INFINITY ? undefined : this.#clock.after(next - now, check)
     }
     check()
     return () => stop?.()
   }
 
-  return Object.freeze({
-    add,
-    take,
-    putBack,
-    watchInFlight,
-    answer,
-    fail,
-    /** Items waiting for a statement (not those in flight). */
-    size: queue.size,
-  })
+  #end(p: Pending<I, O>, outcome: Settled<O>, how: HeldOutcome): void {
+    if (p.done) return
+    p.done = true
+    if (p.heldAt !== undefined) this.#hooks.heldEnded(how, (this.#clock.now() - p.heldAt) / 1000)
+    p.resolve(outcome)
+  }
+
+  #refuse(p: Pending<I, O>, outcome: Unavailable | Fault): void {
+    this.#end(p, outcome, outcome.kind)
+  }
+
+  #expire(p: Pending<I, O>): void {
+    if (p.done) return
+    this.#hooks.expired()
+    this.#refuse(p, pastDeadline(p.lastReason))
+  }
+
+  /** Watches the queue's head: a timer at its deadline, moved when the head changes. */
+  #watchQueue(): void {
+    const at = this.#queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
+    if (at === this.#watchedAt) return
+    this.#stopWatching?.()
+    this.#stopWatching = undefined
+    this.#watchedAt = at
+    if (at === Number.POSITIVE_INFINITY) return
+    this.#stopWatching = this.#clock.after(at - this.#clock.now(), () => {
+      this.#stopWatching = undefined
+      this.#watchedAt = Number.POSITIVE_INFINITY
+      this.#dropExpired()
+      this.#watchQueue()
+    })
+  }
+
+  // The queue is in the order of deadlines, so the expired items lead it.
+  #dropExpired(): void {
+    for (const p of this.#queue.takeExpired(this.#clock.now())) this.#expire(p)
+  }
 }
