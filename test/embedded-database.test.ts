@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { parseConfig } from '../src/config.ts'
-import { startEmbedded } from '../src/db/start/embedded.ts'
+import { freePort, startEmbedded } from '../src/db/start/embedded.ts'
 import { sharedBuffersMb } from '../src/db/start/server-settings.ts'
 import { createLog } from '../src/log.ts'
 import { startService } from '../src/service.ts'
@@ -200,6 +200,34 @@ describe('the embedded database (no DATABASE_URL)', () => {
     await appendFile(join(dir, 'postgres', 'postgresql.conf'), "max_wal_size = '1GB'\n")
     db = await startEmbedded({ dir, log: quiet, shareRunning: false, fast: true })
     await check(db.url)
+  })
+
+  test('a server that starts but cannot then be set up (ALTER SYSTEM refused) is stopped again, and the start fails saying so', async () => {
+    const { dir } = await tempDir({ after }, 'plant-store-setup-')
+    const quiet = createLog('error', () => {})
+    const port = await freePort()
+    await assert.rejects(
+      startEmbedded({
+        dir,
+        log: quiet,
+        shareRunning: false,
+        fast: true,
+        port,
+        // PostgreSQL 17 and later refuse ALTER SYSTEM with this; wal_compression pglz, which the
+        // start never keeps, makes it set another with ALTER SYSTEM.
+        settings: { allow_alter_system: 'off', wal_compression: 'pglz' },
+      }),
+      /could not be set up, and was stopped again/,
+    )
+    // Nothing left running: no postmaster.pid, and the port refuses connections.
+    await within(10_000, () => !existsSync(join(dir, 'postgres', 'postmaster.pid')))
+    const probe = postgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
+      max: 1,
+      connect_timeout: 2,
+      onnotice: () => {},
+    })
+    await assert.rejects(probe`select 1`, /ECONNREFUSED/)
+    await probe.end({ timeout: 0 })
   })
 
   test('sharedBuffersMb: a quarter of the memory, from 128 MB up to 2 GB', () => {

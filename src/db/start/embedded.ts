@@ -285,7 +285,9 @@ export async function startEmbedded({
     walCompression = growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)
   } catch (err) {
     await pg.stop()
-    throw diskFull('the embedded PostgreSQL could not be set up, and was stopped again', err)
+    const what = 'the embedded PostgreSQL could not be set up, and was stopped again'
+    const full = diskFull(what, err)
+    throw full === err ? new Error(`${what}: ${describeError(err)}`, { cause: err }) : full
   } finally {
     await sql.end({ timeout: 5 })
   }
