@@ -7,8 +7,11 @@
 export type Clock = {
   /** Milliseconds on a monotonic scale: only differences mean anything. */
   readonly now: () => number
-  /** Runs `run` once, `ms` from now; the function returned cancels it. */
-  readonly after: (ms: number, run: () => void) => Cancel
+  /**
+   * Runs `run` once, `ms` from now; the function returned cancels it. A `background` timer does
+   * not keep the process alive by itself (a log line that may come, not an answer owed).
+   */
+  readonly after: (ms: number, run: () => void, background?: boolean) => Cancel
   /** Runs `run` after the current I/O phase (`setImmediate`): what arrived in it goes together. */
   readonly soon: (run: () => void) => void
 }
@@ -19,8 +22,10 @@ export type Cancel = () => void
 /** The process's own clock. */
 export const systemClock: Clock = Object.freeze({
   now: () => performance.now(),
-  after(ms: number, run: () => void): Cancel {
+  after(ms: number, run: () => void, background = false): Cancel {
     const timer = setTimeout(run, Math.max(0, ms))
+    // Deno's timers are numbers, without unref.
+    if (background) (timer as { unref?: () => void }).unref?.()
     return () => clearTimeout(timer)
   },
   soon(run: () => void): void {

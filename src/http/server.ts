@@ -83,7 +83,7 @@ export function createHttpServer({
   leaving = () => false,
   clock = systemClock,
 }: HttpOptions): Server {
-  const requests: RequestHandling = {
+  const accept = inOrder({
     route,
     log,
     metrics,
@@ -92,49 +92,7 @@ export function createHttpServer({
     trustedProxies,
     leaving,
     clock,
-  }
-  const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
-    conn.busy = true
-    conn.answering = res
-    const handedOver = () => {
-      if (conn.answering === res) conn.answering = undefined
-    }
-    res.once('finish', handedOver)
-    // The next request of the connection runs once this answer is handed to the system (or
-    // the connection is gone): an answer the client does not read holds the rest back.
-    res.once('close', () => {
-      handedOver()
-      ;(req.socket as typeof req.socket & Tracked)[bytesAnswered] = req.socket.bytesRead
-      conn.busy = false
-      const next = conn.closing ? undefined : conn.waiting.shift()
-      if (next) run(conn, next[0], next[1])
-    })
-    // handle() answers every outcome itself; this only keeps a fault in writing the answer
-    // from becoming an unhandled rejection, which would end the process.
-    handle(req, res, conn, requests).catch((err: unknown) => {
-      log.error('failed to answer a request', {
-        error: describeError(err),
-      })
-      res.destroy()
-    })
-  }
-  const accept = (req: IncomingMessage, res: ServerResponse) => {
-    const socket = req.socket as typeof req.socket & Tracked
-    let conn = socket[connectionOf]
-    if (conn === undefined) {
-      conn = { busy: false, waiting: [], closing: false, answering: undefined }
-      socket[connectionOf] = conn
-    }
-    // Behind an answer that closes the connection: never run, never answered.
-    if (conn.closing) return
-    if (!conn.busy) return run(conn, req, res)
-    if (conn.waiting.length < limits.http.pipelined) {
-      conn.waiting.push([req, res])
-      return
-    }
-    // More pipelined than any client needs: the running request's answer closes the connection.
-    closeAfterThis(conn)
-  }
+  })
   const server = createServer(
     {
       headersTimeout: limits.http.headers,
@@ -155,10 +113,65 @@ export function createHttpServer({
   // Expect: 100-continue: the request runs as any other; the body reader sends 100 Continue once
   // the checks before the body have passed, so a refusal by the headers is the final answer.
   server.on('checkContinue', accept)
-  // What Node's parser refuses (bad framing: 400; headers too large: 431; too slow: 408) never
-  // reaches the routes; nor does a request that is still arriving when the connection has been
-  // silent for `limits.http.stalled` (408). The connection closes after the answer, and nothing
-  // it still holds is run.
+  guardConnections(server, log, clock)
+  return server
+}
+
+/**
+ * Runs the requests of each connection one at a time, in order: the next once the answer before
+ * it is handed to the system, none after an answer that closes the connection, at most
+ * `limits.http.pipelined` waiting (more: the running request's answer closes the connection).
+ */
+function inOrder(requests: RequestHandling): (req: IncomingMessage, res: ServerResponse) => void {
+  const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
+    conn.busy = true
+    conn.answering = res
+    const handedOver = () => {
+      if (conn.answering === res) conn.answering = undefined
+    }
+    res.once('finish', handedOver)
+    // The next request of the connection runs once this answer is handed to the system (or
+    // the connection is gone): an answer the client does not read holds the rest back.
+    res.once('close', () => {
+      handedOver()
+      ;(req.socket as typeof req.socket & Tracked)[bytesAnswered] = req.socket.bytesRead
+      conn.busy = false
+      const next = conn.closing ? undefined : conn.waiting.shift()
+      if (next) run(conn, next[0], next[1])
+    })
+    // handle() answers every outcome itself; this only keeps a fault in writing the answer
+    // from becoming an unhandled rejection, which would end the process.
+    handle(req, res, conn, requests).catch((err: unknown) => {
+      requests.log.error('failed to answer a request', { error: describeError(err) })
+      res.destroy()
+    })
+  }
+  return (req, res) => {
+    const socket = req.socket as typeof req.socket & Tracked
+    let conn = socket[connectionOf]
+    if (conn === undefined) {
+      conn = { busy: false, waiting: [], closing: false, answering: undefined }
+      socket[connectionOf] = conn
+    }
+    // Behind an answer that closes the connection: never run, never answered.
+    if (conn.closing) return
+    if (!conn.busy) return run(conn, req, res)
+    if (conn.waiting.length < limits.http.pipelined) {
+      conn.waiting.push([req, res])
+      return
+    }
+    closeAfterThis(conn)
+  }
+}
+
+/**
+ * What never reaches the routes: Node's parser's refusals (bad framing: 400; headers too large:
+ * 431; too slow: 408), a request still arriving when its connection has been silent for
+ * `limits.http.stalled` (408), a connection silent that long otherwise (closed), and accept()
+ * failing (EMFILE: out of file handles), which must not end the process. A refused connection
+ * closes after the answer, and nothing it still holds is run.
+ */
+function guardConnections(server: Server, log: Log, clock: Clock): void {
   const refuse = (socket: Duplex, status: number, cause: string) => {
     const tracked = socket as Duplex & Tracked & { remoteAddress?: string }
     const conn = tracked[connectionOf]
@@ -177,8 +190,6 @@ export function createHttpServer({
       err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
     refuse(socket, status, err.code ?? 'unknown')
   })
-  // Silent for `limits.http.stalled`: a request whose headers or body stopped arriving gets 408;
-  // a connection that never sent a byte, or whose client leaves its answer unread, is closed.
   server.on('timeout', (socket: Socket) => {
     const tracked = socket as Socket & Tracked
     const current = tracked[connectionOf]?.answering
@@ -192,15 +203,12 @@ export function createHttpServer({
     if (arriving && socket.writable) refuse(socket, 408, 'request stalled')
     else socket.destroy()
   })
-  // accept() failing (EMFILE: out of file handles) must not end the process; the connection is
-  // lost, the service goes on.
   let lastAcceptError = Number.NEGATIVE_INFINITY
   server.on('error', (err: NodeJS.ErrnoException) => {
     if (clock.now() - lastAcceptError < 1000) return
     lastAcceptError = clock.now()
     log.warn('a connection could not be accepted', { error: err.code ?? describeError(err) })
   })
-  return server
 }
 
 /** What handling a request needs from the server's options, its defaults applied. */

@@ -1,3 +1,4 @@
+import { type Cancel, type Clock, systemClock } from '../clock.ts'
 import { type ResendReason, readError } from '../db/reach/unavailable.ts'
 import { describeError, type Log } from '../log.ts'
 import type { BatchHooks } from './batcher.ts'
@@ -47,66 +48,134 @@ export type Gaps = {
 export function gapHooks(
   log: Log,
   metrics: GapMetrics,
-  { where, database }: { where?: () => string; database?: string } = {},
+  naming: { where?: () => string; database?: string } = {},
+  clock: Clock = systemClock,
 ): Gaps {
-  type Gap = {
-    readonly began: number
-    readonly reasons: Set<string>
-    held: number
-    resent: number
-    unavailable: number
-    lastFailure: number
-    /** The first statement through since the last failure. */
-    backAt: number | undefined
-    /** Set once a failure said the database's disk is full. */
-    disk: { message: string; since: number; lastFailure: number } | undefined
+  const tracker = new GapTracker(log, naming, clock)
+  return {
+    hooks: {
+      held(reason, items, first, err) {
+        metrics.createsResent(reason, items)
+        tracker.held(reason, items, first, err)
+      },
+      refused: (items, err) => tracker.refused(items, err),
+      through: () => tracker.through(),
+      heldEnded: metrics.heldCreateEnded,
+      expired: () => tracker.expired(),
+    },
+    diskFull: () => tracker.diskFull(),
   }
-  let gap: Gap | undefined
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const node = () => ({
-    ...(database !== undefined && { database }),
-    ...(where !== undefined && { node: where() }),
-  })
+}
 
-  function end(open: Gap): void {
-    gap = undefined
-    const { began, reasons, held, resent, unavailable, disk, backAt = performance.now() } = open
-    const ms = Math.round(backAt - began)
+/** A gap open now: since when, why, what it cost, and whether the disk is full in it. */
+type Gap = {
+  readonly began: number
+  readonly reasons: Set<string>
+  held: number
+  resent: number
+  unavailable: number
+  lastFailure: number
+  /** The first statement through since the last failure. */
+  backAt: number | undefined
+  /** Set once a failure said the database's disk is full. */
+  disk: { message: string; since: number; lastFailure: number } | undefined
+}
+
+/** The gaps of one database, one at a time, as `gapHooks` tells of them. */
+class GapTracker {
+  readonly #log: Log
+  readonly #clock: Clock
+  readonly #naming: { where?: () => string; database?: string }
+  #gap: Gap | undefined
+  #stopTimer: Cancel | undefined
+
+  constructor(log: Log, naming: { where?: () => string; database?: string }, clock: Clock) {
+    this.#log = log
+    this.#naming = naming
+    this.#clock = clock
+  }
+
+  held(reason: ResendReason, items: number, first: number, err: unknown): void {
+    const open = this.#failure(
+      reason,
+      err,
+      'the database is unavailable: holding creates and sending them again until their deadlines',
+    )
+    open.held += first
+    open.resent += items
+  }
+
+  refused(items: number, err: unknown): void {
+    const open = this.#failure(
+      undefined,
+      err,
+      'the database refuses creates: answering them 503 with Retry-After',
+    )
+    open.unavailable += items
+  }
+
+  through(): void {
+    const gap = this.#gap
+    if (gap === undefined || gap.backAt !== undefined) return
+    gap.backAt = this.#clock.now()
+    if (this.#stopTimer === undefined) this.#check()
+  }
+
+  expired(): void {
+    if (this.#gap !== undefined) this.#gap.unavailable++
+  }
+
+  diskFull(): DiskFull | undefined {
+    return this.#gap?.disk
+  }
+
+  /** How the lines name the database: `database` (host, port, name, user), a Citus `node`. */
+  #node() {
+    const { where, database } = this.#naming
+    return {
+      ...(database !== undefined && { database }),
+      ...(where !== undefined && { node: where() }),
+    }
+  }
+
+  #end(open: Gap): void {
+    this.#gap = undefined
+    const { began, reasons, held, resent, unavailable, disk } = open
+    const backAt = open.backAt ?? this.#clock.now()
     const fields = {
-      gapMs: ms,
+      gapMs: Math.round(backAt - began),
       held,
       resent,
       unavailable,
       reasons: [...reasons].join(','),
-      ...node(),
+      ...this.#node(),
     }
     if (disk !== undefined)
-      log.warn("the database's disk has room again: a create was stored", {
+      this.#log.warn("the database's disk has room again: a create was stored", {
         ...fields,
         diskFullMs: Math.round(backAt - disk.since),
       })
-    else log.warn('the database took creates again', fields)
+    else this.#log.warn('the database took creates again', fields)
   }
 
-  function check(): void {
-    timer = undefined
+  #check(): void {
+    this.#stopTimer = undefined
+    const gap = this.#gap
     if (gap?.backAt === undefined) return
-    const quietFor = performance.now() - gap.lastFailure
-    if (quietFor >= quietMs) end(gap)
-    else {
-      timer = setTimeout(check, quietMs - quietFor)
-      timer.unref?.()
-    }
+    const quietFor = this.#clock.now() - gap.lastFailure
+    if (quietFor >= quietMs) this.#end(gap)
+    else this.#stopTimer = this.#clock.after(quietMs - quietFor, () => this.#check(), true)
   }
 
   /**
    * The gap open now, opened by a failure if none is: `reason`, or for a statement refused at
    * once (no resend reason), `disk_full` or `refused`.
    */
-  function failure(resend: ResendReason | undefined, err: unknown, begins: string): Gap {
-    const now = performance.now()
-    const diskMessage = readError(err).diskFull
+  #failure(resend: ResendReason | undefined, err: unknown, begins: string): Gap {
+    const now = this.#clock.now()
+    const { diskFull: diskMessage, code } = readError(err)
     const reason = resend ?? (diskMessage === undefined ? 'refused' : 'disk_full')
+    let gap = this.#gap
     if (gap === undefined) {
       gap = {
         began: now,
@@ -118,13 +187,14 @@ export function gapHooks(
         backAt: undefined,
         disk: undefined,
       }
+      this.#gap = gap
       // A full disk has its own line, below.
       if (diskMessage === undefined)
-        log.warn(begins, {
+        this.#log.warn(begins, {
           reason,
-          code: String((err as { code?: unknown } | null)?.code ?? ''),
+          code: code ?? '',
           error: describeError(err),
-          ...node(),
+          ...this.#node(),
         })
     }
     gap.reasons.add(reason)
@@ -133,50 +203,12 @@ export function gapHooks(
     if (diskMessage !== undefined) {
       if (gap.disk === undefined) {
         gap.disk = { message: diskMessage, since: now, lastFailure: now }
-        log.warn(
+        this.#log.warn(
           "the database's disk is full: creates are answered 503 with Retry-After and /readyz says 503 until one is stored again",
-          {
-            reason: 'disk_full',
-            code: String((err as { code?: unknown } | null)?.code ?? ''),
-            postgres: diskMessage,
-            ...node(),
-          },
+          { reason: 'disk_full', code: code ?? '', postgres: diskMessage, ...this.#node() },
         )
       } else gap.disk.lastFailure = now
     }
     return gap
-  }
-
-  return {
-    hooks: {
-      held(reason, items, first, err) {
-        metrics.createsResent(reason, items)
-        const open = failure(
-          reason,
-          err,
-          'the database is unavailable: holding creates and sending them again until their deadlines',
-        )
-        open.held += first
-        open.resent += items
-      },
-      refused(items, err) {
-        const open = failure(
-          undefined,
-          err,
-          'the database refuses creates: answering them 503 with Retry-After',
-        )
-        open.unavailable += items
-      },
-      through() {
-        if (gap === undefined || gap.backAt !== undefined) return
-        gap.backAt = performance.now()
-        if (timer === undefined) check()
-      },
-      heldEnded: metrics.heldCreateEnded,
-      expired() {
-        if (gap !== undefined) gap.unavailable++
-      },
-    },
-    diskFull: () => gap?.disk,
   }
 }

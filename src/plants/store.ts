@@ -163,6 +163,22 @@ function openBatching(
   }
 }
 
+/** The other groups' primaries pg_dist_node names now, as the log says them. */
+function otherPrimaries(primaries: CitusPrimaries, own: number): string {
+  const others = [...primaries.all()].filter(([group]) => group !== own && group !== 0)
+  return others.map(([group, node]) => `group ${group} at ${node}`).join(', ') || 'none yet'
+}
+
+/** The load of several batchings as one: creates waiting and in flight, the oldest statement. */
+function sumOfLoads(all: readonly Batching[]) {
+  const loads = all.map((r) => r.store.load())
+  return {
+    queued: loads.reduce((sum, l) => sum + l.queued, 0),
+    inFlight: loads.reduce((sum, l) => sum + l.inFlight, 0),
+    oldestMs: Math.max(...loads.map((l) => l.oldestMs)),
+  }
+}
+
 /**
  * The plant store of an instance on a Citus worker (group `own`): each create goes to the
  * batching of the group that holds its row (one statement in flight each,
@@ -222,13 +238,13 @@ function openRoutedStore(
   }
   const ownBatching = open()
   log.info(
-    `creates go straight to the Citus worker that holds their row, where Citus runs them locally: this group's (${own}) through this URL, the others' to their primaries as pg_dist_node names them (${
-      [...primaries.all()]
-        .filter(([group]) => group !== own && group !== 0)
-        .map(([group, node]) => `group ${group} at ${node}`)
-        .join(', ') || 'none yet'
-    }, read again every ${limits.citus.primariesCheck} ms), which this instance must reach as the coordinator does`,
-    { citus: 'routed' },
+    "creates go straight to the Citus worker that holds their row, where Citus runs them locally: this group's through this URL, the others' to their primaries as pg_dist_node names them, which this instance must reach as the coordinator does",
+    {
+      citus: 'routed',
+      group: own,
+      others: otherPrimaries(primaries, own),
+      everyMs: limits.citus.primariesCheck,
+    },
   )
   const others = new Map<number, Batching>()
   primaries.onChange((group, node, was) => {
@@ -256,20 +272,12 @@ function openRoutedStore(
     }
     return opened.store
   }
-  const load = () => {
-    const loads = all.map((r) => r.store.load())
-    return {
-      queued: loads.reduce((sum, l) => sum + l.queued, 0),
-      inFlight: loads.reduce((sum, l) => sum + l.inFlight, 0),
-      oldestMs: Math.max(...loads.map((l) => l.oldestMs)),
-    }
-  }
   return {
     store: Object.freeze({
       create: (plant, createdBy, expiresAt, trace) =>
         storeOf(plant).create(plant, createdBy, expiresAt, trace),
       probe: ownBatching.store.probe,
-      load,
+      load: () => sumOfLoads(all),
       diskFull: () => all.map((b) => b.store.diskFull()).find((d) => d !== undefined),
       checkDisk: ownBatching.store.checkDisk,
     } satisfies PlantStore),

