@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { availableParallelism } from 'node:os'
 import { describe, test } from 'node:test'
 import { ConfigError, connectionsForFileLimit, parseConfig } from '../src/config.ts'
-import { describeDatabase, hostUrls } from '../src/db/reach/url.ts'
+import { hostConnector } from '../src/db/reach/hosts.ts'
+import { describeDatabase, driverUrl, hostUrls, readDatabaseUrl } from '../src/db/reach/url.ts'
 import { runMain } from './helpers/cli.ts'
 
 // The OTEL_* settings unset: no spans.
@@ -341,5 +342,43 @@ describe('configuration', () => {
     const lines = stderr.trim().split('\n')
     assert.equal(lines.length, 1, stderr)
     assert.match(lines[0] ?? '', /PORT="abc": must be an integer from 0 to 65535/)
+  })
+})
+
+describe('a database URL, read once', () => {
+  const listed =
+    'postgres://app:s%40cret@db1:5432,db2:6432/plants?sslmode=verify-full&sslrootcert=/ca.pem&target_session_attrs=read-write&application_name=x'
+
+  test('its hosts, each a one-host URL without target_session_attrs; its parameters; whether it asks for a writable server', () => {
+    const url = readDatabaseUrl(listed)
+    assert.deepEqual(
+      url.hosts.map((h) => h.host),
+      ['db1:5432', 'db2:6432'],
+    )
+    assert.ok(url.hosts.every((h) => !h.searchParams.has('target_session_attrs')))
+    assert.equal(url.query.get('sslmode'), 'verify-full')
+    assert.equal(url.wantsWritable, true)
+    assert.equal(readDatabaseUrl('postgres://db/plants').wantsWritable, false)
+  })
+
+  test('the driver gets the first host, no TLS parameter, and one writability check: its own (read-write as primary) or none where the connector checks', () => {
+    const url = readDatabaseUrl(listed)
+    assert.equal(driverUrl(url, true), 'postgres://app:s%40cret@db1:5432/plants?application_name=x')
+    assert.equal(
+      driverUrl(url, false),
+      'postgres://app:s%40cret@db1:5432/plants?target_session_attrs=primary&application_name=x',
+    )
+    assert.equal(driverUrl(readDatabaseUrl('postgres://db/plants'), false), 'postgres://db/plants')
+  })
+
+  test('the connector checks writability itself for several hosts asking for it, and only then', () => {
+    const plain = 'postgres://app@db1:5432,db2:6432/plants?target_session_attrs=read-write'
+    assert.equal(hostConnector(plain).checksWritable, true)
+    assert.equal(hostConnector(plain.replace('db1:5432,', '')).checksWritable, false)
+    assert.equal(hostConnector('postgres://db1,db2/plants').checksWritable, false)
+    assert.equal(
+      hostConnector('postgres://db1/plants', () => 'postgres://db2/plants').checksWritable,
+      true,
+    )
   })
 })

@@ -4,7 +4,7 @@ import { limits } from '../../limits.ts'
 import { describeError } from '../../log.ts'
 import { startTls, type TlsSettings, tlsSettingsOf, withoutTlsParameters } from './tls.ts'
 import { connectionError } from './unavailable.ts'
-import { hostsOf } from './url.ts'
+import { type DatabaseUrl, hostsOf, readDatabaseUrl } from './url.ts'
 
 /** The driver's view of where to connect (`host` and `port` lists, or a Unix socket `path`). */
 export type Target = {
@@ -17,6 +17,9 @@ export type Target = {
 
 /** A socket-opening function in the shape of the driver's `socket` option. */
 export type OpenSocket = (target: Target) => Promise<Socket>
+
+/** An `OpenSocket` that says whether it checks, before the driver, that a server takes writes. */
+export type Connector = OpenSocket & { readonly checksWritable: boolean }
 
 /** Watches each socket a connection attempt opens; stops the attempt when its signal aborts. */
 export type AttemptHooks = {
@@ -158,10 +161,6 @@ export function isWritableHost(
   return isWritable(host, () => openHost(whereOf(host), settings, timeoutMs, {}), timeoutMs, signal)
 }
 
-/** Whether `target_session_attrs` asks for a server that takes writes. */
-const wantsWritable = (url: string) =>
-  /[?&]target_session_attrs=(read-write|primary)(&|$)/.test(url)
-
 /**
  * The multi-host walk, as libpq makes it: the hosts in order, passing over one that fails or,
  * when `writable`, does not take writes (asked on a connection of its own, `isWritableHost`);
@@ -214,11 +213,11 @@ async function walkHosts<T>(
  * node-pg-migrate. A URL with one host is returned as it is.
  */
 export async function writableUrl(text: string): Promise<string> {
-  const hosts = hostsOf(text)
-  if (hosts.length < 2) return text
+  const url = readDatabaseUrl(text)
+  if (url.hosts.length < 2) return text
   return walkHosts(
-    hosts,
-    { writable: true, timeoutMs: limits.database.connect, settings: tlsSettingsOf(text) },
+    url.hosts,
+    { writable: true, timeoutMs: limits.database.connect, settings: tlsSettingsOf(url) },
     async (host) => host.toString(),
   )
 }
@@ -237,30 +236,34 @@ export async function writableUrl(text: string): Promise<string> {
  * since): its host is used only while it takes writes.
  */
 export function hostConnector(
-  url: string,
+  url: string | DatabaseUrl,
   current?: () => string,
-): OpenSocket & { hooks: (h: AttemptHooks) => OpenSocket } {
-  const fixed = hostsOf(url)
-  const probe = current !== undefined || (fixed.length > 1 && wantsWritable(url))
-  const settings = tlsSettingsOf(url)
-  const attempt =
-    (hooks: AttemptHooks): OpenSocket =>
-    async (target) => {
-      const timeoutMs = (target.connect_timeout ?? 30) * 1000
-      if (target.path) return connectSocket({ path: target.path }, timeoutMs, hooks)
-      const hosts = current === undefined ? fixed : hostsOf(current())
-      if (hosts.length === 0)
-        return openHost(
-          { host: target.host[0] ?? 'localhost', port: target.port[0] ?? 5432 },
-          settings,
-          timeoutMs,
-          hooks,
+): Connector & { hooks: (h: AttemptHooks) => Connector } {
+  const read = typeof url === 'string' ? readDatabaseUrl(url) : url
+  const fixed = read.hosts
+  // The one check of writability per connection: here, before the driver's (driverUrl).
+  const probe = current !== undefined || (fixed.length > 1 && read.wantsWritable)
+  const settings = tlsSettingsOf(read)
+  const attempt = (hooks: AttemptHooks): Connector =>
+    Object.assign(
+      async (target: Target) => {
+        const timeoutMs = (target.connect_timeout ?? 30) * 1000
+        if (target.path) return connectSocket({ path: target.path }, timeoutMs, hooks)
+        const hosts = current === undefined ? fixed : hostsOf(current())
+        if (hosts.length === 0)
+          return openHost(
+            { host: target.host[0] ?? 'localhost', port: target.port[0] ?? 5432 },
+            settings,
+            timeoutMs,
+            hooks,
+          )
+        return walkHosts(
+          hosts,
+          { writable: probe, timeoutMs, settings, signal: hooks.signal },
+          (host) => openHost(whereOf(host), settings, timeoutMs, hooks),
         )
-      return walkHosts(
-        hosts,
-        { writable: probe, timeoutMs, settings, signal: hooks.signal },
-        (host) => openHost(whereOf(host), settings, timeoutMs, hooks),
-      )
-    }
+      },
+      { checksWritable: probe },
+    )
   return Object.assign(attempt({}), { hooks: attempt })
 }

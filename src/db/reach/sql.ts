@@ -1,9 +1,8 @@
 import postgres, { type Sql } from 'postgres'
 import { limits } from '../../limits.ts'
 import type { Log } from '../../log.ts'
-import { hostConnector, type OpenSocket } from './hosts.ts'
-import { withoutTlsParameters } from './tls.ts'
-import { singleHostUrl } from './url.ts'
+import { type Connector, hostConnector } from './hosts.ts'
+import { driverUrl, readDatabaseUrl } from './url.ts'
 
 // The array types the service sends, by OID. With `fetch_types` off (see below) the driver knows
 // no array type, so these two are declared here.
@@ -25,14 +24,6 @@ const arrayType = (oid: number) => ({
   serialize: arrayLiteral,
   parse: (raw: string) => raw,
 })
-
-// postgres.js 3.4 decides target_session_attrs=read-write by default_transaction_read_only alone,
-// which a hot standby of PostgreSQL 14+ reports as off: it would write to a standby and get
-// 25006 until it reconnected. 'primary' (not in recovery) is what read-write means for a list
-// of a primary and its standbys.
-function withPrimaryForReadWrite(url: string): string {
-  return url.replace(/([?&]target_session_attrs=)read-write(?=&|$)/, '$1primary')
-}
 
 /** The application_name of the service's sessions; `leaveReadOnlyServer` (slots.ts) ends them by it. */
 export const applicationName = 'plant-store'
@@ -60,16 +51,17 @@ export type SqlOptions = {
    * Opens the sockets itself (the driver's `socket` option), e.g. to destroy them; a
    * `hostConnector` of the same URL. By default, a `hostConnector` of its own.
    */
-  readonly socket?: OpenSocket
+  readonly socket?: Connector
 }
 
 /** Opens a connection pool with the service's settings (statement timeout, quiet notices). */
 export function createSql(url: string, log: Log, options: SqlOptions = {}): Sql {
   // The hosts of a multi-host URL are tried by the socket option, in order, in each connection
   // attempt (hosts.ts); the driver sees the first only.
-  const socket = options.socket ?? hostConnector(url)
+  const read = readDatabaseUrl(url)
+  const socket = options.socket ?? hostConnector(read)
   // TLS too (sslmode and its kin): the driver is given a plain socket, secured already.
-  return postgres(singleHostUrl(withoutTlsParameters(withPrimaryForReadWrite(url))), {
+  return postgres(driverUrl(read, socket.checksWritable), {
     max: options.max ?? 10,
     ...onePerConnection,
     connect_timeout: limits.database.connect / 1000,

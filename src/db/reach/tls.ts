@@ -3,6 +3,7 @@ import { isIP, type Socket } from 'node:net'
 import tls from 'node:tls'
 import type { AttemptHooks } from './hosts.ts'
 import { connectionError } from './unavailable.ts'
+import { type DatabaseUrl, readDatabaseUrl, tlsParameters, withQuery } from './url.ts'
 
 // TLS to PostgreSQL as libpq's URL parameters ask for it: the connector (hosts.ts) secures each
 // socket itself, and the driver is handed a socket that is secure already.
@@ -26,20 +27,16 @@ export type TlsSettings = {
   readonly key?: Buffer
 }
 
-// The URL's parameters that the connector acts on and the driver must not see: it would send
-// the ones it does not know to the server as settings, which refuses them.
-const tlsParameters = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey', 'sslnegotiation', 'ssl']
-
 /**
  * The TLS settings of a database URL, as libpq reads them: `sslmode` (`disable` when absent, the
  * driver's default), `sslrootcert` (a CA file, or `system` for Node's CAs, which
  * NODE_EXTRA_CA_CERTS extends; `sslmode=verify-full` then), `sslcert` and `sslkey` (a client
  * certificate). Throws, naming the parameter, for a mode it does not know or a file it cannot read.
  */
-export function tlsSettingsOf(url: string): TlsSettings {
-  const query = url.includes('?') ? new URLSearchParams(url.slice(url.indexOf('?') + 1)) : undefined
+export function tlsSettingsOf(url: string | DatabaseUrl): TlsSettings {
+  const { query } = typeof url === 'string' ? readDatabaseUrl(url) : url
   const read = (name: string): Buffer | undefined => {
-    const file = query?.get(name)
+    const file = query.get(name)
     if (!file || (name === 'sslrootcert' && file === 'system')) return undefined
     try {
       return readFileSync(file)
@@ -48,7 +45,7 @@ export function tlsSettingsOf(url: string): TlsSettings {
     }
   }
   const given =
-    query?.get('sslmode') ?? (query?.get('sslrootcert') === 'system' ? 'verify-full' : 'disable')
+    query.get('sslmode') ?? (query.get('sslrootcert') === 'system' ? 'verify-full' : 'disable')
   if (!tlsModes.includes(given as TlsMode))
     throw new Error(`sslmode ${given} is not one of ${tlsModes.join(', ')}`)
   const ca = read('sslrootcert')
@@ -64,12 +61,9 @@ export function tlsSettingsOf(url: string): TlsSettings {
 
 /** The URL without the TLS parameters, which the connector acts on (`tlsSettingsOf`). */
 export function withoutTlsParameters(url: string): string {
-  const q = url.indexOf('?')
-  if (q === -1) return url
-  const query = new URLSearchParams(url.slice(q + 1))
-  for (const name of tlsParameters) query.delete(name)
-  const rest = query.toString()
-  return rest === '' ? url.slice(0, q) : `${url.slice(0, q)}?${rest}`
+  return withQuery(url, (query) => {
+    for (const name of tlsParameters) query.delete(name)
+  })
 }
 
 // PostgreSQL's SSLRequest: length 8, code 80877103.

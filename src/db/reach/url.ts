@@ -45,3 +45,66 @@ export function singleHostUrl(url: string): string {
   const [, protocol, userinfo, hosts = '', rest = ''] = m
   return `${protocol}//${userinfo === undefined ? '' : `${userinfo}@`}${hosts.split(',')[0]}${rest}`
 }
+
+/**
+ * A database URL read once, for what reaches it: each host as a one-host URL (without
+ * `target_session_attrs`, which is about the list), its parameters, and whether it asks for a
+ * server that takes writes (`target_session_attrs` `read-write` or `primary`).
+ */
+export type DatabaseUrl = {
+  readonly text: string
+  readonly hosts: readonly URL[]
+  readonly query: URLSearchParams
+  readonly wantsWritable: boolean
+}
+
+export function readDatabaseUrl(text: string): DatabaseUrl {
+  const q = text.indexOf('?')
+  const query = new URLSearchParams(q === -1 ? '' : text.slice(q + 1))
+  const attrs = query.get('target_session_attrs')
+  return {
+    text,
+    hosts: hostsOf(text),
+    query,
+    wantsWritable: attrs === 'read-write' || attrs === 'primary',
+  }
+}
+
+/** `text` with its parameters edited by `edit`; the rest as written. */
+export function withQuery(text: string, edit: (query: URLSearchParams) => void): string {
+  const q = text.indexOf('?')
+  const query = new URLSearchParams(q === -1 ? '' : text.slice(q + 1))
+  edit(query)
+  const base = q === -1 ? text : text.slice(0, q)
+  const rest = query.toString()
+  return rest === '' ? base : `${base}?${rest}`
+}
+
+// The parameters the connector acts on (hosts.ts, tls.ts) and the driver must not see: it would
+// send the ones it does not know to the server as settings, which refuses them.
+export const tlsParameters = [
+  'sslmode',
+  'sslrootcert',
+  'sslcert',
+  'sslkey',
+  'sslnegotiation',
+  'ssl',
+]
+
+/**
+ * The URL the driver is given: its first host only (the connector, hosts.ts, walks the list in
+ * each attempt), without the TLS parameters (the connector hands it a secured socket), and with
+ * one check of writability per connection: none when the connector makes it
+ * (`connectorChecksWritable`), else the driver's, `read-write` asked as `primary`. (postgres.js
+ * 3.4 decides read-write by default_transaction_read_only alone, which a hot standby of
+ * PostgreSQL 14+ reports as off: it would write to a standby and get 25006 until it reconnected;
+ * `primary`, not in recovery, is what read-write means for a primary and its standbys.)
+ */
+export function driverUrl(url: DatabaseUrl, connectorChecksWritable: boolean): string {
+  return withQuery(singleHostUrl(url.text), (query) => {
+    for (const name of tlsParameters) query.delete(name)
+    if (connectorChecksWritable) query.delete('target_session_attrs')
+    else if (query.get('target_session_attrs') === 'read-write')
+      query.set('target_session_attrs', 'primary')
+  })
+}

@@ -6,6 +6,7 @@ import { limits } from '../../limits.ts'
 import { createLog, describeError, type Log } from '../../log.ts'
 import { createSql } from '../reach/sql.ts'
 import { connectFailure, readError } from '../reach/unavailable.ts'
+import { readDatabaseUrl, withQuery } from '../reach/url.ts'
 
 /** The folder of the plain-SQL migrations. */
 export const migrationsDir = fileURLToPath(new URL('../../../migrations/', import.meta.url))
@@ -55,8 +56,9 @@ export async function pendingMigrations(databaseUrl: string): Promise<string[]> 
  * service's own pools (postgres.js) take libpq's: `require` encrypts without verifying.
  */
 function withLibpqSslModes(url: string): string {
-  if (!/[?&]sslmode=/.test(url) || /[?&]uselibpqcompat=/.test(url)) return url
-  return `${url}&uselibpqcompat=true`
+  const { query } = readDatabaseUrl(url)
+  if (!query.has('sslmode') || query.has('uselibpqcompat')) return url
+  return withQuery(url, (q) => q.set('uselibpqcompat', 'true'))
 }
 
 /**
