@@ -5,6 +5,12 @@ import { createDeadlineQueue } from '../src/plants/deadline-queue.ts'
 type Item = { name: string; expiresAt: number }
 const item = (name: string, expiresAt: number): Item => ({ name, expiresAt })
 const names = (items: readonly Item[]) => items.map((i) => i.name)
+/** A queue holding an item of each name, due at its deadline. */
+function queueOf(deadlines: Record<string, number>) {
+  const q = createDeadlineQueue<Item>()
+  for (const [name, at] of Object.entries(deadlines)) q.insert(item(name, at))
+  return q
+}
 
 describe('the deadline queue', () => {
   test('items leave in the order of their deadlines; equal deadlines in the order they came', () => {
@@ -19,13 +25,7 @@ describe('the deadline queue', () => {
   })
 
   test('takeExpired takes exactly the items due at or before now, and nothing when none is', () => {
-    const q = createDeadlineQueue<Item>()
-    for (const [n, at] of [
-      ['x', 5],
-      ['y', 10],
-      ['z', 11],
-    ] as const)
-      q.insert(item(n, at))
+    const q = queueOf({ x: 5, y: 10, z: 11 })
     assert.deepEqual(q.takeExpired(4), [])
     assert.deepEqual(names(q.takeExpired(10)), ['x', 'y'])
     assert.deepEqual(names(q.take(5)), ['z'])
@@ -40,14 +40,7 @@ describe('the deadline queue', () => {
   })
 
   test('takeBeyond takes the latest deadlines past the first `keep`', () => {
-    const q = createDeadlineQueue<Item>()
-    for (const [n, at] of [
-      ['a', 1],
-      ['b', 2],
-      ['c', 3],
-      ['d', 4],
-    ] as const)
-      q.insert(item(n, at))
+    const q = queueOf({ a: 1, b: 2, c: 3, d: 4 })
     assert.deepEqual(names(q.takeBeyond(2)), ['c', 'd'])
     assert.deepEqual(names(q.takeBeyond(5)), [])
     assert.equal(q.size(), 2)
