@@ -304,11 +304,9 @@ describe('on a Citus cluster (a coordinator and two workers)', { skip }, () => {
       })
     const sampler = setInterval(sample, 25)
     const drive = driveCreates(s.base, token, { concurrency: 8 })
-    // Token loads on the pool beside the creates: a notification, then a reload, twice.
-    for (const name of ['counted-a', 'counted-b']) {
-      await tokenFor(cluster.sql, s.base, name)
-      await sleep(500)
-    }
+    // Token loads on the pool beside the creates: a notification, then a reload, twice (each
+    // awaited: tokenFor returns once the service takes the new token).
+    for (const name of ['counted-a', 'counted-b']) await tokenFor(cluster.sql, s.base, name)
     // Under load for at least 100 creates, however busy the machine.
     await within(30_000, async () => (drive.statuses.get(200) ?? 0) > 100)
     await drive.stop()

@@ -285,7 +285,9 @@ describe('WORKERS=2', () => {
     const loops = Array.from({ length: 8 }, async () => {
       while (running) endings.push(await createOnce(service.base, token, uniqueId()))
     })
-    await sleep(1000)
+    const answeredSince = (from: number) =>
+      endings.slice(from).filter((e) => e.outcome === 200).length
+    await within(10_000, () => answeredSince(0) >= 100)
     const kills: number[] = []
     // Each kill is of a worker that is busy: the first two, then their replacements.
     for (const id of [1, 2]) {
@@ -300,7 +302,9 @@ describe('WORKERS=2', () => {
           (l) => l.message === 'a new worker replaces the one that exited' && l.replaced === id,
         ),
       )
-      await sleep(1000)
+      // Load on the new worker before the next kill.
+      const mark = endings.length
+      await within(10_000, () => answeredSince(mark) >= 100)
     }
     running = false
     await Promise.all(loops)
