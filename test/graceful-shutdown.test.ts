@@ -2,10 +2,10 @@ import assert from 'node:assert/strict'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { limits } from '../src/limits.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { createTestDatabase, insertsRunning, type TestDatabase } from './helpers/database.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { exchange, openSocket } from './helpers/raw-http.ts'
-import { sleep } from './helpers/wait.ts'
+import { sleep, within } from './helpers/wait.ts'
 
 /** `GET /healthz` on a kept-alive `socket`: the status and the Connection field of the answer. */
 async function healthOn(
@@ -17,7 +17,8 @@ async function healthOn(
 
 /**
  * Sends `signal` while a create of `id` is in flight (held behind a lock on plants), runs
- * `whileLocked` 300 ms after it, then lets the create go: it must complete, its row committed.
+ * `whileLocked` once the service says it received it, then lets the create go: it must
+ * complete, its row committed.
  * Resolves with the moment the signal was sent.
  */
 async function signalWithCreateInFlight(
@@ -37,10 +38,12 @@ async function signalWithCreateInFlight(
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ id, name: 'in flight' }),
     })
-    await sleep(300)
+    await within(5000, async () => (await insertsRunning(db.sql, 'Lock')) > 0)
     service.child.kill(signal)
     signalled = performance.now()
-    await sleep(300)
+    await within(5000, () =>
+      service.lines.some((l) => String(l.message).startsWith(`${signal} received`)),
+    )
     await whileLocked()
   })
   const res = await inFlight

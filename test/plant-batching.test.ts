@@ -7,7 +7,12 @@ import type { BatchLimits } from '../src/plants/batcher.ts'
 import type { NewPlant } from '../src/plants/schema.ts'
 import { batchOnSlots } from '../src/plants/slot-batching.ts'
 import type { PlantStore } from '../src/plants/store.ts'
-import { createTestDatabase, quietLog, type TestDatabase } from './helpers/database.ts'
+import {
+  createTestDatabase,
+  insertsRunning,
+  quietLog,
+  type TestDatabase,
+} from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
 import { within } from './helpers/wait.ts'
@@ -157,16 +162,6 @@ describe('a create given no deadline', () => {
   })
 })
 
-/** The service's inserts into plants running on `d` now (waiting on `wait`, if given). */
-async function inserts(d: TestDatabase, wait?: string): Promise<number> {
-  const [row] = await d.sql<{ n: number }[]>`
-    select count(*)::int as n from pg_stat_activity
-    where datname = current_database() and state = 'active' and pid <> pg_backend_pid()
-      and query ilike '%insert into plants%'
-      and (${wait ?? null}::text is null or wait_event_type = ${wait ?? null})`
-  return row?.n ?? 0
-}
-
 describe('a batch cut by a lost connection', () => {
   test('every request in it gets 503, and its rows are all there or none is; a retry then gets 200', async () => {
     const d = await createTestDatabase({ after })
@@ -179,7 +174,7 @@ describe('a batch cut by a lost connection', () => {
       // The lock holds the batch in flight; the proxy then drops its connection.
       await tx`lock table plants in share row exclusive mode`
       const sent = ids.map((id) => s.post({ id, name: `cut ${id}` }))
-      await within(5000, async () => (await inserts(d, 'Lock')) > 0)
+      await within(5000, async () => (await insertsRunning(d.sql, 'Lock')) > 0)
       await proxy.cut()
       responses = await Promise.all(sent)
     })
@@ -190,7 +185,7 @@ describe('a batch cut by a lost connection', () => {
     for (const r of responses) assert.equal(r.headers.get('retry-after'), '1')
     // The server may still commit the statement after the client was gone: all or none, once it
     // has ended.
-    await within(5000, async () => (await inserts(d)) === 0)
+    await within(5000, async () => (await insertsRunning(d.sql)) === 0)
     const stored =
       await d.sql`select id::text, name from plants where id = any(${ids.map(String)}::int8[])`
     assert.ok(

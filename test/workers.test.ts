@@ -2,7 +2,12 @@ import assert from 'node:assert/strict'
 import { request } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
-import { createTestDatabase, holdPlantsLock, type TestDatabase } from './helpers/database.ts'
+import {
+  createTestDatabase,
+  holdPlantsLock,
+  insertsRunning,
+  type TestDatabase,
+} from './helpers/database.ts'
 import { startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
@@ -363,12 +368,7 @@ describe('WORKERS=2', () => {
       )
     })
     // Each worker's batch waits on the lock in a session of its own.
-    await within(5000, async () => {
-      const [row] = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from pg_stat_activity
-        where datname = current_database() and wait_event_type = 'Lock'`
-      return (row?.n ?? 0) >= 2
-    })
+    await within(5000, async () => (await insertsRunning(db.sql, 'Lock')) >= 2)
     service.child.kill('SIGTERM')
     await sleep(500)
     await unlock()

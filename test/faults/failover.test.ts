@@ -4,7 +4,13 @@ import { parseConfig } from '../../src/config.ts'
 import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
-import { bodyOf, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
+import {
+  bodyOf,
+  driveCreates,
+  lostAcknowledgements,
+  pastTheFault,
+  underWay,
+} from '../helpers/drive.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import {
   connect,
@@ -62,7 +68,7 @@ async function failover(
   await underWay(drive)
   const killed = performance.now()
   const promoted = await failOver(primary, standby, { promotion, version })
-  await sleep(6000)
+  await pastTheFault(drive, promoted)
   await drive.stop()
 
   const newPrimary = connect(standby.port)

@@ -2,11 +2,11 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { limits } from '../../src/limits.ts'
-import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, pastTheFault, underWay } from '../helpers/drive.ts'
 import { startHaproxyForPatroni } from '../helpers/haproxy.ts'
 import { patroniUnavailable, startPatroniCluster } from '../helpers/patroni.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
-import { sleep, within } from '../helpers/wait.ts'
+import { within } from '../helpers/wait.ts'
 
 // Outside CI a machine without Patroni, etcd or PostgreSQL 15 skips this file with the reason;
 // in CI their absence is a failure (.ci/run installs them).
@@ -38,7 +38,7 @@ describe('a Patroni switchover', { skip, concurrency: 2 }, () => {
     const to = await cluster.switchover(from)
     await within(30_000, async () => (await cluster.leader(30_000)) === to)
     const settled = performance.now()
-    await sleep(2000)
+    await pastTheFault(drive, settled)
     await drive.stop()
 
     const statuses = JSON.stringify(Object.fromEntries(drive.statuses))

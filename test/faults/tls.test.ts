@@ -2,12 +2,17 @@ import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { projectDir } from '../helpers/cli.ts'
-import { bodyOf, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
+import {
+  bodyOf,
+  driveCreates,
+  lostAcknowledgements,
+  pastTheFault,
+  underWay,
+} from '../helpers/drive.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
 import { onFailoverUrl, partitionAndRecover } from '../helpers/partition-run.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { connect, failOver, startPrimaryAndStandby } from '../helpers/replication.ts'
-import { sleep } from '../helpers/wait.ts'
 
 // Managed PostgreSQL services require TLS. The servers here take TLS with a certificate of a
 // test CA (test/helpers/tls.ts); the service verifies it (sslmode=verify-full, the CA given to
@@ -131,7 +136,7 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip, concurre
     const drive = driveCreates(service.base, token, { concurrency: 8 })
     await underWay(drive)
     const promoted = await failOver(primary, standby)
-    await sleep(6000)
+    await pastTheFault(drive, promoted)
     await drive.stop()
     const newPrimary = connect(standby.port)
     cleanup.after(() => newPrimary.end())

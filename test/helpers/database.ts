@@ -54,3 +54,16 @@ export async function holdPlantsLock(sql: Sql): Promise<() => Promise<void>> {
     locker.release()
   }
 }
+
+/**
+ * The service's inserts into plants running on `sql`'s database now: all of them, or those
+ * waiting on `wait` (`Lock`: behind a lock such as `holdPlantsLock`'s).
+ */
+export async function insertsRunning(sql: Sql, wait?: string): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and state = 'active' and pid <> pg_backend_pid()
+      and query ilike '%insert into plants%'
+      and (${wait ?? null}::text is null or wait_event_type = ${wait ?? null})`
+  return row?.n ?? 0
+}

@@ -148,3 +148,20 @@ export async function lostAcknowledgements(
 export async function underWay(drive: Drive, creates = 200, ms = 15_000): Promise<void> {
   await within(ms, () => drive.acknowledged.length >= creates)
 }
+
+/**
+ * Resolves once `creates` creates sent after `at` (performance.now(), e.g. a promotion) have been
+ * acknowledged, the service past its fault, or after `ms` without (the checks that follow say
+ * what went wrong, better than a time-out would).
+ */
+export async function pastTheFault(
+  drive: Drive,
+  at: number,
+  creates = 200,
+  ms = 10_000,
+): Promise<void> {
+  await within(
+    ms,
+    () => drive.answers.filter((a) => a.sentAt > at && a.status === 200).length >= creates,
+  ).catch(() => undefined)
+}
