@@ -96,7 +96,7 @@ async function acquire(env: NodeJS.ProcessEnv): Promise<Database> {
  * Patroni, TLS; the Citus cluster). `--per-runtime` leaves them out: CI runs them once, in the
  * README's `npm test`, and on every other runtime only the rest (the contract and the units).
  */
-const runOnce = ['test/faults/', 'test/citus.test.ts']
+const runOnce = ['test/faults/', 'test/citus.test.ts', 'test/citus-nodes-away.test.ts']
 
 // Arguments are test files or folders of them; none means every test under test/.
 // `--seed N` (repeatable) replays the randomized fault run with those seeds instead of CI's.
@@ -129,7 +129,8 @@ if (perRuntime) {
 // that the rest fill the time beside them instead of leaving one to run alone at the end; the
 // others, under 30 s each, follow in name order.
 const longest = [
-  'test/citus.test.ts', // 177 (254 in the afternoon)
+  'test/citus.test.ts', // 177 (254 in the afternoon, with the nodes away, since split off)
+  'test/citus-nodes-away.test.ts', // (its nodes away: about 100 of citus.test.ts's 250)
   'test/faults/failover.test.ts', // 100 (209 in the afternoon)
   'test/faults/full-disk.test.ts', // 106
   'test/faults/citus-patroni.test.ts', // 95

@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
 import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
+import { runNpm } from './cli.ts'
 import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
@@ -154,4 +155,54 @@ export async function startCitusCluster(
   await sql`select citus_set_coordinator_host('127.0.0.1', ${coordinator.port})`
   for (const w of workers) await sql`select citus_add_node('127.0.0.1', ${w.port})`
   return { coordinator, workers, sql }
+}
+
+/**
+ * Whether a Citus test file runs here: the reason it cannot (a line on stderr names `file`), as
+ * `skip` outside CI; in CI it never skips, and a missing Citus fails its tests.
+ */
+export function citusSkip(file: string): { missing: string | undefined; skip: string | false } {
+  const missing = citusUnavailable()
+  const skip = missing !== undefined && process.env.CI === undefined ? missing : false
+  if (skip) process.stderr.write(`${file}: skipped: ${missing}\n`)
+  return { missing, skip }
+}
+
+/**
+ * Inside a `describe`: one Citus cluster for its tests, started and migrated (npm run migrate)
+ * before the first, its cleanups run after the last, last first. Returns its getter.
+ */
+export function citusClusterForSuite(
+  hooks: { before: (fn: () => Promise<void>) => void; after: (fn: () => Promise<void>) => void },
+  missing: string | undefined,
+  migrate: (url: string) => Promise<void>,
+): () => CitusCluster {
+  let cluster: CitusCluster | undefined
+  const cleanups: (() => unknown)[] = []
+  hooks.after(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup()
+  })
+  hooks.before(async () => {
+    if (missing) throw new Error(missing)
+    cluster = await startCitusCluster({ after: (fn) => void cleanups.push(fn) })
+    await migrate(cluster.coordinator.url)
+  })
+  return () => {
+    if (cluster === undefined) throw new Error('the Citus cluster has not started')
+    return cluster
+  }
+}
+
+/** A POST /plants with `token`, its body as given (a string) or as JSON. */
+export const postPlant = (base: string, token: string, body: unknown) =>
+  fetch(`${base}/plants`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+
+/** `npm run migrate` on the coordinator at `url`, as an operator runs it; throws when it fails. */
+export async function migrateWithNpm(url: string): Promise<void> {
+  const migrated = await runNpm('migrate', [], { DATABASE_URL: url })
+  if (migrated.code !== 0) throw new Error(`npm run migrate failed: ${migrated.stderr}`)
 }
