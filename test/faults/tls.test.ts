@@ -2,13 +2,7 @@ import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { projectDir } from '../helpers/cli.ts'
-import {
-  bodyOf,
-  driveCreates,
-  lostAcknowledgements,
-  pastTheFault,
-  underWay,
-} from '../helpers/drive.ts'
+import * as driving from '../helpers/drive.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
 import { onFailoverUrl, partitionAndRecover } from '../helpers/partition-run.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
@@ -133,10 +127,10 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip, concurre
     const first = connect(primary.port)
     const token = await tokenFor(first, service.base, 'tls-failover')
     await first.end()
-    const drive = driveCreates(service.base, token, { concurrency: 8 })
-    await underWay(drive)
+    const drive = driving.driveCreates(service.base, token, { concurrency: 8 })
+    await driving.underWay(drive)
     const promoted = await failOver(primary, standby)
-    await pastTheFault(drive, promoted)
+    await driving.pastTheFault(drive, promoted)
     await drive.stop()
     const newPrimary = connect(standby.port)
     cleanup.after(() => newPrimary.end())
@@ -148,13 +142,13 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip, concurre
       [...drive.statuses.keys()].filter((s) => s !== 200 && s !== 503),
       [],
     )
-    assert.deepEqual(await lostAcknowledgements(newPrimary, drive.acknowledged), [])
+    assert.deepEqual(await driving.lostAcknowledgements(newPrimary, drive.acknowledged), [])
     assert.ok(firstAfter !== undefined && firstAfter - promoted < 5000, 'no 200 within 5 s')
     for (const plant of drive.unavailable) {
       const res = await fetch(`${service.base}/plants`, {
         method: 'POST',
         headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: bodyOf(plant),
+        body: driving.bodyOf(plant),
       })
       await res.arrayBuffer()
       assert.equal(res.status, 200)
