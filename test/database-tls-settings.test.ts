@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { tlsSettingsOf, withoutTlsParameters } from '../src/db/reach/tls.ts'
+import { tlsSettingsOf } from '../src/db/reach/tls.ts'
+import { withoutTlsParameters } from '../src/db/reach/url.ts'
 import { tempDir } from './helpers/temp-dir.ts'
 
 // How a database URL's TLS parameters are read (libpq's names) and kept from the driver, which

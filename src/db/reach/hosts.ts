@@ -2,9 +2,9 @@ import { Socket } from 'node:net'
 import postgres from 'postgres'
 import { limits } from '../../limits.ts'
 import { describeError } from '../../log.ts'
-import { startTls, type TlsSettings, tlsSettingsOf, withoutTlsParameters } from './tls.ts'
+import { startTls, type TlsSettings, tlsSettingsOf } from './tls.ts'
 import { connectionError } from './unavailable.ts'
-import { type DatabaseUrl, hostsOf, readDatabaseUrl } from './url.ts'
+import { type DatabaseUrl, hostsOf, readDatabaseUrl, withoutTlsParameters } from './url.ts'
 
 /** The driver's view of where to connect (`host` and `port` lists, or a Unix socket `path`). */
 export type Target = {

@@ -3,7 +3,7 @@ import { isIP, type Socket } from 'node:net'
 import tls from 'node:tls'
 import type { AttemptHooks } from './hosts.ts'
 import { connectionError } from './unavailable.ts'
-import { type DatabaseUrl, readDatabaseUrl, tlsParameters, withQuery } from './url.ts'
+import { type DatabaseUrl, readDatabaseUrl } from './url.ts'
 
 // TLS to PostgreSQL as libpq's URL parameters ask for it: the connector (hosts.ts) secures each
 // socket itself, and the driver is handed a socket that is secure already.
@@ -57,13 +57,6 @@ export function tlsSettingsOf(url: string | DatabaseUrl): TlsSettings {
     ...(cert && { cert }),
     ...(key && { key }),
   }
-}
-
-/** The URL without the TLS parameters, which the connector acts on (`tlsSettingsOf`). */
-export function withoutTlsParameters(url: string): string {
-  return withQuery(url, (query) => {
-    for (const name of tlsParameters) query.delete(name)
-  })
 }
 
 // PostgreSQL's SSLRequest: length 8, code 80877103.

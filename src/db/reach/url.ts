@@ -82,14 +82,14 @@ export function withQuery(text: string, edit: (query: URLSearchParams) => void):
 
 // The parameters the connector acts on (hosts.ts, tls.ts) and the driver must not see: it would
 // send the ones it does not know to the server as settings, which refuses them.
-export const tlsParameters = [
-  'sslmode',
-  'sslrootcert',
-  'sslcert',
-  'sslkey',
-  'sslnegotiation',
-  'ssl',
-]
+const tlsParameters = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey', 'sslnegotiation', 'ssl']
+
+/** The URL without the TLS parameters, which the connector acts on (tls.ts, `tlsSettingsOf`). */
+export function withoutTlsParameters(url: string): string {
+  return withQuery(url, (query) => {
+    for (const name of tlsParameters) query.delete(name)
+  })
+}
 
 /**
  * The URL the driver is given: its first host only (the connector, hosts.ts, walks the list in
@@ -101,8 +101,7 @@ export const tlsParameters = [
  * `primary`, not in recovery, is what read-write means for a primary and its standbys.)
  */
 export function driverUrl(url: DatabaseUrl, connectorChecksWritable: boolean): string {
-  return withQuery(singleHostUrl(url.text), (query) => {
-    for (const name of tlsParameters) query.delete(name)
+  return withQuery(withoutTlsParameters(singleHostUrl(url.text)), (query) => {
     if (connectorChecksWritable) query.delete('target_session_attrs')
     else if (query.get('target_session_attrs') === 'read-write')
       query.set('target_session_attrs', 'primary')
