@@ -9,7 +9,7 @@ import {
   migrateWithNpm,
   postPlant as post,
 } from './helpers/citus.ts'
-import { driveCreates, lostAcknowledgements, underWay } from './helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, pastTheFault, underWay } from './helpers/drive.ts'
 import { type Partition, partition, partitionUnavailable } from './helpers/partition.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from './helpers/process.ts'
 import { sleep, within } from './helpers/wait.ts'
@@ -43,7 +43,7 @@ describe('Citus nodes away under load (a coordinator and two workers)', { skip }
         async () => (await post(s.base, token, { id: 2, name: 'probe' })).status === 200,
       )
     const drives = instances.map((s) => driveCreates(s.base, token, { concurrency: 4, pauseMs: 5 }))
-    await sleep(1000)
+    await Promise.all(drives.map((d) => underWay(d)))
     await cluster.coordinator.stop()
     const stoppedAt = performance.now()
     const readiness: number[] = []
@@ -107,7 +107,7 @@ describe('Citus nodes away under load (a coordinator and two workers)', { skip }
       if (ok) firstOk = ok.answeredAt - restartedAt
       return ok !== undefined
     })
-    await sleep(1000)
+    await pastTheFault(drive, restartedAt)
     await drive.stop()
     const statuses = Object.fromEntries(drive.statuses)
     const during = drive.answers.filter((a) => a.sentAt > stoppedAt && a.answeredAt < restartedAt)
@@ -186,13 +186,14 @@ describe('Citus nodes away under load (a coordinator and two workers)', { skip }
     const drives = [onCoordinator, onWorker].map((s) =>
       driveCreates(s.base, token, { concurrency: 4 }),
     )
-    await sleep(1500)
+    await Promise.all(drives.map((d) => underWay(d)))
     const stopping = performance.now()
     await restarted.stopFast()
     await sleep(1500)
     await restarted.start()
     const downMs = performance.now() - stopping
-    await sleep(1500)
+    const back = performance.now()
+    await Promise.all(drives.map((d) => pastTheFault(d, back)))
     for (const d of drives) await d.stop()
     const [c, w] = drives.map((d) => ({
       statuses: JSON.stringify(Object.fromEntries(d.statuses)),

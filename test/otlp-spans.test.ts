@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test'
 import { MessageChannel } from 'node:worker_threads'
 import { type ReceivedSpan, startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
-import { sleep, within } from './helpers/wait.ts'
+import { within } from './helpers/wait.ts'
 
 // Spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT), checked in what a receiver gets from the
 // OpenTelemetry SDK: the request spans, their parents, the statement spans and their links, the
@@ -64,12 +64,10 @@ describe('spans over OTLP/HTTP', () => {
     const s = await startTestServer({ after })
     const sent = await create(s, true)
     await import('../src/version.ts')
-    // What a resolve hook heard has reached this thread by the next turn or two.
-    await sleep(200)
-    assert.ok(
-      resolved.some((p) => p.includes('/src/version.ts')),
-      'the hooks hear the imports',
-    )
+    // What a resolve hook hears reaches this thread a turn or two later.
+    const heard = () => resolved.some((p) => p.includes('/src/version.ts'))
+    await within(2000, heard).catch(() => undefined)
+    assert.ok(heard(), 'the hooks hear the imports')
     assert.equal(sent.status, 200)
     assert.equal(sent.flags, '01', "the caller's flags are passed on as before")
     assert.equal(sdkLoaded(), false, 'no module of the SDK or an exporter was loaded')
@@ -88,7 +86,7 @@ describe('spans over OTLP/HTTP', () => {
         },
       },
     )
-    await sleep(200)
+    await within(2000, () => sdkLoaded()).catch(() => undefined)
     assert.equal(sdkLoaded(), true, 'with an endpoint, the SDK is loaded')
     const sampled = await Promise.all(Array.from({ length: 40 }, () => create(s, true)))
     const refused = await create(s, true, { name: '' })

@@ -12,7 +12,7 @@ import {
   startCitusPatroniCluster,
 } from '../helpers/citus-patroni.ts'
 import { runNpm } from '../helpers/cli.ts'
-import { type Drive, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { type Drive, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import {
   connectionsTo,
   type ServiceProcess,
@@ -151,7 +151,7 @@ describe('Citus under Patroni in Citus mode (a coordinator group and two worker 
   /** Drives creates through every instance (4 clients each) around `event`. */
   async function underLoad<T>(event: () => Promise<T>, settleMs = 2000) {
     const drives = instances.map((i) => driveCreates(i.service.base, token, { concurrency: 4 }))
-    await sleep(1500)
+    await Promise.all(drives.map((d) => underWay(d)))
     const started = performance.now()
     const result = await event()
     await sleep(settleMs)

@@ -4,7 +4,13 @@ import postgres from 'postgres'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase, quietLog } from '../helpers/database.ts'
-import { type Drive, driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
+import {
+  type Drive,
+  driveCreates,
+  lostAcknowledgements,
+  pastTheFault,
+  underWay,
+} from '../helpers/drive.ts'
 import { partition, partitionUnavailable } from '../helpers/partition.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../helpers/pgbouncer.ts'
 import { startRestartableServer } from '../helpers/replication.ts'
@@ -100,7 +106,7 @@ describe('gaps in the database shorter than the deadline', () => {
     await underWay(drive)
     // As long as a restart of a server with work to recover takes (1.4 to 1.8 s measured).
     const gapMs = await server.restartFast({ downMs: 1500 })
-    await sleep(1000)
+    await pastTheFault(drive, performance.now())
     await drive.stop()
     process.stderr.write(`# fast restart: no connections for ${Math.round(gapMs)} ms\n`)
     assertNoGapSeen(drive, 'fast restart')
@@ -131,7 +137,7 @@ describe('gaps in the database shorter than the deadline', () => {
     const drive = driveCreates(s.base, s.token, { concurrency: 8 })
     await underWay(drive)
     const gapMs = await bouncer.restart()
-    await sleep(1000)
+    await pastTheFault(drive, performance.now())
     await drive.stop()
     process.stderr.write(`# PgBouncer restart: no connections for ${Math.round(gapMs)} ms\n`)
     assertNoGapSeen(drive, 'PgBouncer restart')
@@ -155,7 +161,7 @@ describe('gaps in the database shorter than the deadline', () => {
     const cut = partition(server.port, 'both', t)
     await sleep(3000)
     cut.heal()
-    await sleep(1500)
+    await pastTheFault(drive, performance.now())
     await drive.stop()
     assertNoGapSeen(drive, '3-s partition')
     assert.deepEqual(await lostAcknowledgements(sql, drive.acknowledged), [])
@@ -168,7 +174,10 @@ describe('gaps in the database shorter than the deadline', () => {
     const s = await startTestServer({ after }, { db: s0.db, connectTo: () => proxy.url })
     // The token's first use is written before the answer is lost, on a connection of its own.
     assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
-    await sleep(500)
+    await within(5000, async () => {
+      const [newest] = await s0.db.sql`select last_used_at from api_tokens order by id desc limit 1`
+      return newest?.last_used_at != null
+    })
 
     const id = uniqueId()
     const lost = proxy.loseNextAnswer()

@@ -23,7 +23,7 @@ import {
   versionUnavailable,
 } from '../helpers/replication.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
-import { sleep, within } from '../helpers/wait.ts'
+import { within } from '../helpers/wait.ts'
 
 // PostgreSQL 15 is Debian's, which CI installs (.ci/citus.sh); elsewhere its cases skip with a
 // line saying how to enable them. In CI they never skip.
@@ -112,7 +112,7 @@ async function failover(
     driveCreates(service.base, token, { concurrency: 4 }),
     driveCreates(again.base, token, { concurrency: 4 }),
   ]
-  await sleep(2000)
+  await Promise.all(later.map((d) => underWay(d)))
   await Promise.all(later.map((d) => d.stop()))
   for (const d of later) {
     assert.deepEqual(

@@ -10,7 +10,7 @@ import { migrate } from '../../src/db/start/migrate.ts'
 import { postgres15Bin, startPostgres15 } from '../helpers/citus.ts'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
-import { type Drive, driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { type Drive, driveCreates, lostAcknowledgements, pastTheFault } from '../helpers/drive.ts'
 import { isRunning } from '../helpers/process.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
@@ -107,7 +107,7 @@ describe("the database's disk full", { concurrency: 1 }, () => {
     const freedAt = performance.now()
     await within(5_000, async () => (drive.acknowledgedAt.at(-1) ?? 0) > freedAt)
     await within(5_000, async () => (await readyz(server.base)).status === 200)
-    await sleep(1_500)
+    await pastTheFault(drive, performance.now())
     await drive.stop()
     assert.match(await metricsOf(server.base), /^plant_store_database_disk_full 0$/m)
 

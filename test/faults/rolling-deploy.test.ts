@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase } from '../helpers/database.ts'
-import { driveCreates, lostAcknowledgements } from '../helpers/drive.ts'
+import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { haproxyPath, haproxyPresent, haproxySkip, startHaproxy } from '../helpers/haproxy.ts'
 import { serverPort } from '../helpers/ports.ts'
 import { type ServiceProcess, startServiceProcess, tokenFor } from '../helpers/process.ts'
@@ -30,7 +30,7 @@ describe('a rolling deploy behind HAProxy', () => {
     const balancer = await startHaproxy({ after }, ports)
 
     const drive = driveCreates(balancer.url, token, { concurrency: 8 })
-    await sleep(1000)
+    await underWay(drive)
     const stops: number[] = []
     for (const [i, port] of ports.entries()) {
       const old = instances[i]
