@@ -167,10 +167,11 @@ export async function serveHttp(
       server.close()
       throw err
     })
-    if (role !== 'worker') log.info(`metrics on ${at}/metrics`, { host: config.metricsHost })
+    if (role !== 'worker')
+      log.info('metrics served', { url: `${at}/metrics`, host: config.metricsHost })
   }
-  if (role === 'worker') log.info(`worker ready on ${url}`, { pid: process.pid })
-  else log.info(`listening on ${url}`, { host: config.host, port })
+  if (role === 'worker') log.info('worker ready', { url, pid: process.pid })
+  else log.info('listening', { url, host: config.host, port })
   return {
     url,
     leave(reason) {

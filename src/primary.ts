@@ -39,7 +39,7 @@ export async function runPrimary(
   }
   const early = stopRequested()
   if (early !== undefined) {
-    log.info(`${early} received during start-up; stopping`)
+    log.info('a signal came during start-up; stopping', { signal: early })
     await db.stop()
     log.info('stopped')
     return 0
@@ -66,16 +66,21 @@ export async function runPrimary(
     await db.stop()
     return 1
   }
-  log.info(`listening on ${url}`, { workers: config.workers, pid: process.pid })
+  log.info('listening', { url, workers: config.workers, pid: process.pid })
   replaceDeadWorkers(log, fork, started, state)
 
   const signal = await stopped
   state.stopping = true
-  log.info(
-    signal === 'SIGTERM'
-      ? `${signal} received; every worker serves ${config.drainDelay / 1000} s more with /readyz 503 (DRAIN_DELAY), then finishes its requests in flight`
-      : `${signal} received; every worker finishes its requests in flight (at most ${limits.drain / 1000} s)`,
-  )
+  if (signal === 'SIGTERM')
+    log.info(
+      'signal received; every worker serves for the drain delay (DRAIN_DELAY) with /readyz 503, then finishes its requests in flight',
+      { signal, drainDelayMs: config.drainDelay },
+    )
+  else
+    log.info('signal received; every worker finishes its requests in flight', {
+      signal,
+      atMostMs: limits.drain,
+    })
   const clean = await stopWorkers(log, signal === 'SIGINT' ? 'SIGINT' : 'SIGTERM')
   await db.stop()
   log.info('stopped')

@@ -157,7 +157,8 @@ export async function warmBeforeServing(
       sent: warm.sent,
     })
   else if (warm.sent > 0)
-    log.info(`warmed up: ${warm.sent} creates through a private copy of the service`, {
+    log.info('warmed up through a private copy of the service', {
+      creates: warm.sent,
       ms: Math.round(warm.ms),
     })
 }

@@ -231,7 +231,7 @@ describe('the examples on a service started as the README says (npm start in a f
     const base = await new Promise<string>((resolve, reject) => {
       service.stdout?.on('data', (c: Buffer) => {
         output += c.toString()
-        const at = /"listening on (http:\/\/[^"]+)"/.exec(output)
+        const at = /"message":"listening".*"url":"(http:\/\/[^"]+)"/.exec(output)
         if (at?.[1] !== undefined) resolve(at[1])
       })
       void exited.then(() => reject(new Error(`npm start exited: ${output}`)))

@@ -42,7 +42,9 @@ async function signalWithCreateInFlight(
     service.child.kill(signal)
     signalled = performance.now()
     await within(5000, () =>
-      service.lines.some((l) => String(l.message).startsWith(`${signal} received`)),
+      service.lines.some(
+        (l) => String(l.message).startsWith('signal received') && l.signal === signal,
+      ),
     )
     await whileLocked()
   })

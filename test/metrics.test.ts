@@ -194,7 +194,11 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     const moved = await fetch(`${s.base}/metrics`)
     assert.equal(moved.status, 404)
     await moved.arrayBuffer()
-    assert.ok(s.logs.some((l) => l.message === `metrics on http://127.0.0.1:${port}/metrics`))
+    assert.ok(
+      s.logs.some(
+        (l) => l.message === 'metrics served' && l.url === `http://127.0.0.1:${port}/metrics`,
+      ),
+    )
     await s.post({ id: uniqueId(), name: 'counted elsewhere' })
     const text = await scrape(`http://127.0.0.1:${port}`)
     assert.ok(seriesValue(text, 'plant_store_creates_total{outcome="created"}') >= 1)

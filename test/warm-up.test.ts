@@ -23,12 +23,11 @@ test('the warm-up stores nothing, counts no request and logs no access line', as
   const server = await startTestServer(t, { warmUp: limits.warmUp })
   const [rows] = await server.db.sql<{ n: number }[]>`select count(*)::int as n from plants`
   assert.equal(rows?.n, 0)
-  const warmed = server.logs.find((l) => String(l.message).startsWith('warmed up:'))
-  assert.ok(warmed, 'a line says the instance warmed up')
-  assert.equal(
-    warmed.message,
-    `warmed up: ${limits.warmUp.creates} creates through a private copy of the service`,
+  const warmed = server.logs.find(
+    (l) => l.message === 'warmed up through a private copy of the service',
   )
+  assert.ok(warmed, 'a line says the instance warmed up')
+  assert.equal(warmed.creates, limits.warmUp.creates)
   assert.equal(typeof warmed.ms, 'number')
   assert.equal(
     server.logs.filter((l) => l.message === 'request').length,

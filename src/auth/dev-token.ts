@@ -21,7 +21,8 @@ export async function ensureDevToken(sql: Sql, dataDir: string, log: Log): Promi
   if (isFailure(created)) return
   const file = join(dataDir, 'dev-token')
   await writeFile(file, `${created}\n`, { mode: 0o600 })
-  log.info(`created the first API token, named dev; it is saved in ${file}`, {
+  log.info('created the first API token, named dev, and saved it in its file', {
+    file,
     devToken: created,
   })
 }

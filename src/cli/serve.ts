@@ -64,7 +64,7 @@ export async function serve(
   const first = await Promise.race([starting.then(() => undefined), stopped]).catch(() => undefined)
   if (first !== undefined) {
     // Every step of the start is bounded (connect time-outs); whatever it started is released.
-    log.info(`${first} received during start-up; stopping`)
+    log.info('a signal came during start-up; stopping', { signal: first })
     const service = await starting.catch(() => undefined)
     await service?.close(0)
     log.info('stopped')
@@ -80,7 +80,7 @@ export async function serve(
   const signal = await stopped
   await leave(service, signal, config.drainDelay, log, () => signals > 1)
   const inFlight = inFlightGrace(signal === 'SIGTERM' ? config.drainDelay : 0)
-  log.info(`finishing requests in flight (at most ${inFlight / 1000} s)`)
+  log.info('finishing requests in flight', { atMostMs: inFlight })
   await service.close(inFlight)
   log.info('stopped')
   return 0
@@ -108,12 +108,13 @@ async function leave(
   interrupted: () => boolean,
 ): Promise<void> {
   if (signal !== 'SIGTERM' || delayMs === 0) {
-    log.info(`${signal} received; stopping`)
+    log.info('signal received; stopping', { signal })
     return
   }
   service.leave(`the instance is shutting down (${signal})`)
   log.info(
-    `${signal} received; /readyz says 503 and every answer closes its connection for ${delayMs / 1000} s (DRAIN_DELAY), then the port closes`,
+    'signal received; /readyz says 503 and every answer closes its connection for the drain delay (DRAIN_DELAY), then the port closes',
+    { signal, drainDelayMs: delayMs },
   )
   const started = performance.now()
   while (performance.now() - started < delayMs && !interrupted())

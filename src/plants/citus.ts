@@ -66,7 +66,7 @@ export async function plantsWritePath(
   }
   const path = await readWritePath(sql)
   if (path.shape === 'values') {
-    if (say) log.info(`plants is distributed on Citus: ${routedLine()}`)
+    if (say) log.info('plants is distributed on Citus', { batches: routedLine() })
   } else if (say)
     log.warn(
       'plants is a local table on this Citus coordinator: every row stays on the coordinator; to distribute it, run the statement in `sql` as its owner (npm run migrate does this on a new database), and the service sends creates to its shards within `withinMs`',
@@ -138,7 +138,7 @@ export function watchWritePath(
       const next = await withDeadline(readWritePath(sql), everyMs)
       if (next.signature === current.signature) return
       if (next.shape === 'values' && current.shape === 'unnest')
-        log.info(`plants is now distributed on Citus: from now on ${routedLine()}`)
+        log.info('plants is now distributed on Citus', { batches: routedLine() })
       else if (next.shape === 'values')
         log.info("plants' shards moved on Citus: batches follow where they are now")
       else

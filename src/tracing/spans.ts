@@ -111,7 +111,8 @@ export async function startSpans(
   if (settings === undefined) return undefined
   const { openSpans } = await import('./otel.ts')
   const spans = await openSpans(settings, log, serviceVersion)
-  log.info(`spans exported to ${settings.url}`, {
+  log.info('spans exported over OTLP', {
+    url: settings.url,
     protocol: settings.protocol,
     sampler: settings.sampler,
     ...(settings.sampler.endsWith('traceidratio') && { ratio: settings.ratio }),

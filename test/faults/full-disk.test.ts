@@ -337,8 +337,8 @@ describe("the service's own disk", { concurrency: 1 }, () => {
       await service.exited
     })
     const listening = await within(60_000, async () =>
-      readFileSync(logPath, 'utf8').includes('listening on'),
-    ).then(() => /"listening on ([^"]+)"/.exec(readFileSync(logPath, 'utf8'))?.[1])
+      readFileSync(logPath, 'utf8').includes('"message":"listening"'),
+    ).then(() => /"message":"listening".*"url":"([^"]+)"/.exec(readFileSync(logPath, 'utf8'))?.[1])
     assert.ok(listening)
     const token = readFileSync(join(dataDir, 'dev-token'), 'utf8').trim()
     const postmaster = Number(
@@ -393,7 +393,7 @@ const line0 = (lines: string[]) => {
 async function startOnce(dataDir: string) {
   const service = serveChild(dataDir, 'pipe')
   service.child.stdout?.on('data', () => {
-    if (service.out().includes('"listening on ')) service.child.kill('SIGTERM')
+    if (service.out().includes('"message":"listening"')) service.child.kill('SIGTERM')
   })
   return { code: await service.exited, out: service.out() }
 }

@@ -47,7 +47,7 @@ export async function startServiceProcess(
         const parsed = JSON.parse(line) as Record<string, unknown>
         lines.push(parsed)
         const message = String(parsed.message)
-        if (message.startsWith('listening on ')) resolve(message.slice('listening on '.length))
+        if (message === 'listening') resolve(String(parsed.url))
       }
     })
     void exited.then((code) =>

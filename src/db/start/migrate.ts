@@ -103,6 +103,9 @@ export async function migrate(
     },
   }).finally(() => client.end())
   const names = ran.map((m) => m.name)
-  if (names.length > 0) log.info(`migrations ${direction}`, { migrations: names.join(', ') })
+  if (names.length > 0)
+    log.info(direction === 'up' ? 'migrations up' : 'migrations down', {
+      migrations: names.join(', '),
+    })
   return names
 }

@@ -83,8 +83,12 @@ export async function sessionsOf(
         : `DATABASE_DIRECT_URL (${describeDatabase(direct)})`
     if (say)
       log.info(
-        `this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to ${where}`,
-        { citus: 'worker', ...(node.coordinator && { coordinator: node.coordinator.node }) },
+        'this server is a Citus worker: creates go straight to the worker that holds their row; migrations, tokens and their notifications go to the coordinator',
+        {
+          citus: 'worker',
+          through: where,
+          ...(node.coordinator && { coordinator: node.coordinator.node }),
+        },
       )
     return {
       url: sessions,
