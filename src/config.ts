@@ -403,6 +403,13 @@ export const variables = {
     why: `a balancer that checks \`/readyz\` every second or two has stopped sending by then, and the whole stop still fits ${limits.drain / 1000} s`,
     meaning: `seconds an instance goes on serving after \`SIGTERM\`, its \`/readyz\` 503 and every answer \`Connection: close\`, before it stops accepting and finishes the requests in flight (in what is left of ${limits.drain / 1000} s, at least ${limits.drainInFlight / 1000} s); 0 to 60 ([rolling deploys](docs/operations.md#a-rolling-deploy)). \`SIGINT\` stops at once`,
   },
+  WARM_UP_CREATES: {
+    key: 'warmUpCreates',
+    schema: wholeNumber(0, limits.warmUp.mostCreates),
+    default: String(limits.warmUp.creates),
+    why: `what a fresh process would make its first clients pay (code not yet optimised, statements not yet prepared) is paid before it listens, at the cost of under a second of start-up ([BENCHMARKS.md](BENCHMARKS.md#latency-at-fixed-rates))`,
+    meaning: `creates run through a private copy of the service before it listens, on its own connections, storing nothing ([the warm-up](docs/scaling.md#below-the-peak-when-a-create-goes-and-a-new-instances-first-seconds)); 0 to ${limits.warmUp.mostCreates}; \`0\` only connects and prepares the statements, for a start as fast as can be`,
+  },
   MAX_CONNECTIONS: {
     key: 'maxConnections',
     schema: maxConnections,

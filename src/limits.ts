@@ -65,9 +65,9 @@ export const limits = {
    * nothing (`warm-up.ts`), before the instance listens, and each statement slot runs the batch
    * statements on no rows `statements` times: what a fresh process's first creates would pay
    * (connections, prepared statements, code not yet compiled, a small heap) is paid before
-   * `/readyz` first says 200.
+   * `/readyz` first says 200. `creates` is `WARM_UP_CREATES`'s default, `mostCreates` its most.
    */
-  warmUp: { creates: 3_000, connections: 8, statements: 300 },
+  warmUp: { creates: 3_000, mostCreates: 100_000, connections: 8, statements: 300 },
   /** How creates are grouped into statements. */
   batch: {
     /** Most rows in one statement. */

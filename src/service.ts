@@ -52,10 +52,22 @@ export type ServiceOptions = {
   /** Set once a signal asks the process to stop: the start goes no further than its step. */
   readonly stopRequested?: () => string | undefined
   /**
-   * What is run before listening (`limits.warmUp`): creates through a private copy of the
-   * application (`warm-up.ts`), and the batch statements on no rows on each statement slot.
+   * What is run before listening, instead of `WARM_UP_CREATES`'s (`warmUpOf`): creates through a
+   * private copy of the application (`warm-up.ts`), and the batch statements on no rows on each
+   * statement slot.
    */
   readonly warmUp?: { readonly creates: number; readonly statements: number }
+}
+
+/**
+ * The warm-up of `creates` creates: each statement slot runs the batch statements a tenth as
+ * many times (at most `limits.warmUp.statements`, at least once, which connects it).
+ */
+export function warmUpOf(creates: number): { creates: number; statements: number } {
+  return {
+    creates,
+    statements: Math.max(1, Math.min(limits.warmUp.statements, Math.ceil(creates / 10))),
+  }
 }
 
 /**
@@ -69,7 +81,8 @@ export async function startService(
   log: Log,
   options: ServiceOptions = {},
 ): Promise<Service> {
-  const { role = 'single', batchLimits = limits.batch, warmUp = limits.warmUp } = options
+  const { role = 'single', batchLimits = limits.batch } = options
+  const warmUp = options.warmUp ?? warmUpOf(config.warmUpCreates)
   const held = holding(log)
   const goOn = () => {
     const signal = options.stopRequested?.()

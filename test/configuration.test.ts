@@ -50,6 +50,7 @@ describe('configuration', () => {
         trustedProxies: new Set(),
         migrate: true,
         drainDelay: 3000,
+        warmUpCreates: 3000,
         nodeSchedulingPolicy: false,
         appRolePassword: undefined,
         ...spanDefaults,
@@ -103,6 +104,7 @@ describe('configuration', () => {
       TRUSTED_PROXIES: '10.0.0.1, ::1',
       MIGRATE: 'off',
       DRAIN_DELAY: '1.5',
+      WARM_UP_CREATES: '0',
       NODE_CLUSTER_SCHED_POLICY: 'rr',
       APP_ROLE_PASSWORD: 'p4ss',
     })
@@ -126,6 +128,7 @@ describe('configuration', () => {
         trustedProxies: new Set(['10.0.0.1', '::1']),
         migrate: false,
         drainDelay: 1500,
+        warmUpCreates: 0,
         nodeSchedulingPolicy: true,
         appRolePassword: 'p4ss',
         ...spanDefaults,
@@ -191,6 +194,9 @@ describe('configuration', () => {
     ['OTEL_TRACES_SAMPLER_ARG', 'half'],
     ['OTEL_BSP_SCHEDULE_DELAY', '-1'],
     ['OTEL_BSP_MAX_QUEUE_SIZE', '0'],
+    ['WARM_UP_CREATES', '-1'],
+    ['WARM_UP_CREATES', '100001'],
+    ['WARM_UP_CREATES', 'some'],
   ] as const) {
     test(`${name}=${value} is refused naming ${name}`, () => {
       assert.throws(

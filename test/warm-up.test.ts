@@ -38,3 +38,24 @@ test('the warm-up stores nothing, counts no request and logs no access line', as
   assert.doesNotMatch(metrics, /^plant_store_http_requests_total\{[^}]*route="\/plants"/m)
   assert.match(metrics, /^plant_store_create_batch_rows_count 0$/m)
 })
+
+test('WARM_UP_CREATES sets how many creates warm a new instance up; 0 warms none, yet connects every statement slot', async (t) => {
+  const some = await startTestServer(t, { env: { WARM_UP_CREATES: '50' }, warmUp: 'setting' })
+  const warmed = some.logs.find(
+    (l) => l.message === 'warmed up through a private copy of the service',
+  )
+  assert.equal(warmed?.creates, 50)
+  const none = await startTestServer(t, { env: { WARM_UP_CREATES: '0' }, warmUp: 'setting' })
+  assert.ok(
+    !none.logs.some((l) => String(l.message).startsWith('warmed up')),
+    'no creates through the private copy',
+  )
+  // Each slot has run the batch's statements, the last a read of stored rows, or the check for
+  // room on the disk, which comes after them on one slot.
+  const sessions = await none.db.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and application_name = 'plant-store'
+      and (query like '%from plants where id = any(%' or query like '%plant_store_room%')`
+  assert.equal(sessions[0]?.n, limits.batch.maxInFlight)
+  assert.equal((await none.post({ id: uniqueId(), name: 'first, unwarmed' })).status, 200)
+})

@@ -21,6 +21,13 @@ const commands = {
   deno: ['./node_modules/.bin/deno', 'task', '--quiet', 'start'],
 } as const
 
+/**
+ * The warm-up of a service process in a test, unless `env` sets its own: a short one (the full
+ * 3,000 creates cost each start about 1.6 s of CPU, taken from every test running beside it);
+ * test/warm-up.test.ts and test/doc-examples.test.ts run the default.
+ */
+const testWarmUpCreates = '100'
+
 /** Starts `src/main.ts` on a free port under Node or Deno and waits until it listens. */
 export async function startServiceProcess(
   runtime: keyof typeof commands,
@@ -31,7 +38,13 @@ export async function startServiceProcess(
   const [command, ...args] = commands[runtime]
   const child = spawn(command, args, {
     cwd,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', ...env },
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      PORT: '0',
+      WARM_UP_CREATES: testWarmUpCreates,
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   cleanup.after(() => child.kill('SIGKILL'))

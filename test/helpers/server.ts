@@ -53,7 +53,8 @@ export async function startTestServer(
     connectTo?: (url: string) => string
     batchLimits?: BatchLimits
     lastUseEveryMs?: number
-    warmUp?: { creates: number; statements: number }
+    /** `'setting'`: the service's own, from `WARM_UP_CREATES` in `env` or its default. */
+    warmUp?: { creates: number; statements: number } | 'setting'
   } = {},
 ): Promise<TestServer> {
   const database = db ?? (await createTestDatabase(t))
@@ -70,7 +71,7 @@ export async function startTestServer(
     ...(connectTo && { connectTo }),
     ...(batchLimits && { batchLimits }),
     ...(lastUseEveryMs !== undefined && { lastUseEveryMs }),
-    warmUp,
+    ...(warmUp !== 'setting' && { warmUp }),
   })
   t.after(() => service.close(0))
   const base = service.url
