@@ -85,19 +85,34 @@ describe('out of file handles', () => {
       }
       return true
     })
-    // The creates are held for their whole deadline, sent at once on two connections so that
-    // it ends before the service closes our idle connections (10 s); a handle freed meanwhile
-    // is taken again at once, so that none reaches them.
+    // The creates are held for their whole deadline, sent at once on two connections; a handle
+    // freed meanwhile is taken again at once, so that none reaches them. The service closes a
+    // connection on which nothing moved for 10 s, or idle 5 s after an answer: on a busy machine
+    // the set-up above can take long enough for that, so each of ours asks for /healthz every
+    // 2 s (an answer opens no file), and the two that carry the creates just before them.
+    // (A connection the service has not accepted yet gets no answer: a ping waits 1 s at most.)
+    const ping = (socket: Socket) =>
+      Promise.race([
+        exchange(socket, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n').catch(() => undefined),
+        sleep(1000),
+      ])
     let cornering = true
     const keepCornered = (async () => {
+      let pinged = performance.now()
       while (cornering) {
         for (let i = 0; i < 40 && free() > 0; i++) {
           const socket = await openSocket(service.base).catch(() => undefined)
           if (socket) flood.push(socket)
         }
+        if (performance.now() - pinged > 2000) {
+          pinged = performance.now()
+          // Not awaited: the loop goes on taking freed handles meanwhile.
+          for (const socket of flood) void ping(socket)
+        }
         await sleep(2)
       }
     })()
+    await Promise.all([client, second].map(ping))
     const timed = async (socket: Socket, id: number) => {
       const started = performance.now()
       const answer = await create(socket, token, id)

@@ -61,6 +61,8 @@ export async function startServiceProcess(
         lines.push(parsed)
         const message = String(parsed.message)
         if (message === 'listening') resolve(String(parsed.url))
+        // An older checkout (test/token-upgrade.test.ts) wrote its address into the message.
+        else if (message.startsWith('listening on ')) resolve(message.slice('listening on '.length))
       }
     })
     void exited.then((code) =>
