@@ -26,7 +26,7 @@ const commands = {
  * 3,000 creates cost each start about 1.6 s of CPU, taken from every test running beside it);
  * test/warm-up.test.ts and test/doc-examples.test.ts run the default.
  */
-const testWarmUpCreates = '100'
+export const testWarmUpCreates = '100'
 
 /** Starts `src/main.ts` on a free port under Node or Deno and waits until it listens. */
 export async function startServiceProcess(
