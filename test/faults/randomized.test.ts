@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
 import { describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
+import { keptAliveClient } from '../helpers/drive.ts'
 import {
   type FaultSpan,
   type Heal,
@@ -199,11 +200,13 @@ describe('a randomized fault run, judged from the whole history', { concurrency:
         const id = (random() < 0.5 ? -next : next).toString()
         return [{ id, name: `plant ${id}`, tag: random() < 0.5 ? 'fault' : null }, 'fresh']
       }
+      const client = keptAliveClient(`${service.base}/plants`, 8)
+      t.after(() => client.close())
       const clients = Array.from({ length: 8 }, async () => {
         while (running) {
           const [plant, kind] = pick()
           if (kind === 'fresh') sentSoFar.push(plant)
-          history.push(await sendCreate(service.base, token, plant, kind))
+          history.push(await sendCreate(client, token, plant, kind))
         }
       })
 
@@ -233,10 +236,10 @@ describe('a randomized fault run, judged from the whole history', { concurrency:
       const unknown = history.filter(indeterminate)
       const retried: Op[] = []
       for (const op of unknown) {
-        let again = await sendCreate(service.base, token, op.plant, 'final retry')
+        let again = await sendCreate(client, token, op.plant, 'final retry')
         for (let i = 0; i < 10 && indeterminate(again); i++) {
           await sleep(500)
-          again = await sendCreate(service.base, token, op.plant, 'final retry')
+          again = await sendCreate(client, token, op.plant, 'final retry')
         }
         retried.push(again)
       }

@@ -34,6 +34,56 @@ export type Drive = {
 
 let sequence = 0
 
+/** What a kept-alive client's POST was answered: the status, Retry-After, and the body's text. */
+export type Posted = { status: number; retryAfter: string | null; text: string }
+
+/**
+ * POSTs to `url` through node:http (or node:https) on at most `sockets` kept-alive connections,
+ * as the service's own bench drives it. (fetch spent 0.8 ms of the test's CPU on each create,
+ * several times what the service spent on it, and took that CPU from every other test of the
+ * suite running beside.) A connection closed before the whole answer came rejects, as fetch
+ * would.
+ */
+export function keptAliveClient(url: string, sockets: number) {
+  const target = new URL(url)
+  const tls = target.protocol === 'https:'
+  const agent = tls
+    ? new TlsAgent({ keepAlive: true, maxSockets: sockets })
+    : new Agent({ keepAlive: true, maxSockets: sockets })
+  const post = (body: string | Buffer, headers: Record<string, string>, signal?: AbortSignal) =>
+    new Promise<Posted>((resolve, reject) => {
+      const req = (tls ? tlsRequest : request)(
+        target,
+        {
+          method: 'POST',
+          agent,
+          headers: { ...headers, 'content-length': Buffer.byteLength(body) },
+          ...(signal && { signal }),
+        },
+        (res) => {
+          const retryAfter = res.headers['retry-after'] ?? null
+          const chunks: Buffer[] = []
+          res.on('error', reject)
+          res.on('data', (c: Buffer) => chunks.push(c))
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              retryAfter,
+              text: Buffer.concat(chunks).toString(),
+            }),
+          )
+          res.on('close', () => res.complete || reject(new Error('the answer was cut off')))
+        },
+      )
+      req.on('error', reject)
+      req.end(body)
+    })
+  return { post, close: () => agent.destroy() }
+}
+
+/** A client of `keptAliveClient`. */
+export type KeptAliveClient = ReturnType<typeof keptAliveClient>
+
 /**
  * Sends creates with unique ids from `concurrency` loops until stopped, recording every 200 with
  * the values sent. A request that fails without a response ends its loop only if `untilError`.
@@ -55,40 +105,13 @@ export function driveCreates(
     stop: async () => {
       running = false
       await loops
-      agent.destroy()
+      client.close()
     },
   }
   const prefix = BigInt(Date.now()) * 1_000_000n + BigInt(process.pid % 1000) * 1000n
-  // Clients as the service's own bench drives it: node:http on kept-alive connections, one per
-  // loop. (fetch spent 0.8 ms of the test's CPU on each create, several times what the service
-  // spent on it, and took that CPU from every other test of the suite running beside.)
-  const url = new URL(`${base}/plants`)
-  const tls = url.protocol === 'https:'
-  const agent = tls
-    ? new TlsAgent({ keepAlive: true, maxSockets: concurrency })
-    : new Agent({ keepAlive: true, maxSockets: concurrency })
+  const client = keptAliveClient(`${base}/plants`, concurrency)
   const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' }
-  const post = (body: string) =>
-    new Promise<{ status: number; retryAfter: string | null }>((resolve, reject) => {
-      const req = (tls ? tlsRequest : request)(
-        url,
-        {
-          method: 'POST',
-          agent,
-          headers: { ...headers, 'content-length': Buffer.byteLength(body) },
-        },
-        (res) => {
-          const retryAfter = res.headers['retry-after'] ?? null
-          res.on('error', reject)
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter }))
-          // A connection closed before the whole answer came: no answer, as fetch would say.
-          res.on('close', () => res.complete || reject(new Error('the answer was cut off')))
-          res.resume()
-        },
-      )
-      req.on('error', reject)
-      req.end(body)
-    })
+  const post = (body: string) => client.post(body, headers)
   async function loop(): Promise<void> {
     while (running) {
       const id = String(prefix + BigInt(++sequence) * 1000n)

@@ -1,3 +1,5 @@
+import type { KeptAliveClient } from './drive.ts'
+
 // A history of creates sent under faults, and the judge that holds it against the table: what a
 // Jepsen-style checker asks of an idempotent create, one rule per property the issue names.
 
@@ -34,23 +36,26 @@ export function seeded(seed: number): () => number {
   }
 }
 
-/** Sends one create and records how it ended (15 s at most). */
+/**
+ * Sends one create through `client` (`keptAliveClient`, on the service's `/plants`) and records
+ * how it ended (15 s at most).
+ */
 export async function sendCreate(
-  base: string,
+  client: KeptAliveClient,
   token: string,
   plant: Sent,
   kind: Op['kind'],
 ): Promise<Op> {
   const sentAt = performance.now()
   const body = `{"id":${plant.id},"name":${JSON.stringify(plant.name)}${plant.tag === null ? '' : `,"tag":${JSON.stringify(plant.tag)}`}}`
+  const signal = AbortSignal.timeout(15_000)
   try {
-    const res = await fetch(`${base}/plants`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    const res = await client.post(
       body,
-      signal: AbortSignal.timeout(15_000),
-    })
-    const text = await res.text()
+      { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      signal,
+    )
+    const text = res.text
     let parsed: unknown
     try {
       parsed = JSON.parse(text)
@@ -64,11 +69,11 @@ export async function sendCreate(
       answeredAt: performance.now(),
       ending: res.status,
       error: (parsed as { error?: number } | undefined)?.error,
-      retryAfter: res.headers.get('retry-after'),
+      retryAfter: res.retryAfter,
       body: parsed,
     }
-  } catch (err) {
-    const timedOut = err instanceof Error && err.name === 'TimeoutError'
+  } catch {
+    const timedOut = signal.aborted
     return {
       plant,
       kind,
