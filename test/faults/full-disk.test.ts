@@ -11,7 +11,7 @@ import { postgres15Bin, startPostgres15 } from '../helpers/citus.ts'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { type Drive, driveCreates, lostAcknowledgements, pastTheFault } from '../helpers/drive.ts'
-import { isRunning, testWarmUpCreates } from '../helpers/process.ts'
+import { isRunning, serviceEnv } from '../helpers/process.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
@@ -305,13 +305,7 @@ function serveChild(dataDir: string, stdout: number | 'pipe') {
     ['--import', 'tsx', join(projectDir, 'test', 'helpers', 'serve-child.ts'), dataDir],
     {
       cwd: projectDir,
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        PORT: '0',
-        LOG_LEVEL: 'info',
-        WARM_UP_CREATES: testWarmUpCreates,
-      },
+      env: serviceEnv({ LOG_LEVEL: 'info' }),
       stdio: ['ignore', stdout, 'pipe'],
     },
   )

@@ -9,7 +9,7 @@ import { migrationNames } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { projectDir, type Ran, runMain, runNpm } from '../helpers/cli.ts'
 import { type Cleanup, createTestDatabase } from '../helpers/database.ts'
-import { startServiceProcess, testWarmUpCreates } from '../helpers/process.ts'
+import { serviceEnv, startServiceProcess } from '../helpers/process.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
 
 function startLine(stdout: string): string {
@@ -58,13 +58,7 @@ async function timed(run: () => Promise<Ran>): Promise<Ran & { ms: number }> {
 function spawnService(args: readonly string[], env: Record<string, string>, t: Cleanup) {
   const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
     cwd: projectDir,
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      PORT: '0',
-      WARM_UP_CREATES: testWarmUpCreates,
-      ...env,
-    },
+    env: serviceEnv(env),
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   t.after(() => child.kill('SIGKILL'))

@@ -26,7 +26,21 @@ const commands = {
  * 3,000 creates cost each start about 1.6 s of CPU, taken from every test running beside it);
  * test/warm-up.test.ts and test/doc-examples.test.ts run the default.
  */
-export const testWarmUpCreates = '100'
+const testWarmUpCreates = '100'
+
+/**
+ * The environment of a service process in a test: the path and home, port 0, the tests' short
+ * warm-up, then `env`.
+ */
+export function serviceEnv(env: Record<string, string>): Record<string, string | undefined> {
+  return {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    PORT: '0',
+    WARM_UP_CREATES: testWarmUpCreates,
+    ...env,
+  }
+}
 
 /** Starts `src/main.ts` on a free port under Node or Deno and waits until it listens. */
 export async function startServiceProcess(
@@ -38,13 +52,7 @@ export async function startServiceProcess(
   const [command, ...args] = commands[runtime]
   const child = spawn(command, args, {
     cwd,
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      PORT: '0',
-      WARM_UP_CREATES: testWarmUpCreates,
-      ...env,
-    },
+    env: serviceEnv(env),
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   cleanup.after(() => child.kill('SIGKILL'))
