@@ -124,31 +124,32 @@ if (perRuntime) {
   const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
   files.splice(0, files.length, ...kept)
 }
-// The longest files first, as measured on 2026-11-27 beside a busy core (seconds: in a whole run
-// five files at a time; for the fault files whose tests overlap, the file run two at a time), so
-// that the rest fill the time beside them instead of leaving one to run alone at the end; the
-// others, under 30 s each, follow in name order.
+// The longest files first, as measured on 2026-11-27 (evening) beside a busy core, in a whole run
+// five files at a time (seconds), so that the rest fill the time beside them instead of leaving
+// one to run alone at the end; the others, under 30 s each, follow in name order.
 const longest = [
-  'test/citus.test.ts', // 177 (254 in the afternoon, with the nodes away, since split off)
-  'test/citus-nodes-away.test.ts', // (its nodes away: about 100 of citus.test.ts's 250)
-  'test/faults/failover.test.ts', // 100 (209 in the afternoon)
-  'test/faults/full-disk.test.ts', // 106
-  'test/faults/citus-patroni.test.ts', // 95
-  'test/faults/network-partition.test.ts', // 87
-  'test/doc-examples.test.ts', // 77
-  'test/faults/randomized.test.ts', // 75
-  'test/operator-commands.test.ts', // 69
-  'test/faults/tls.test.ts', // 61
-  'test/token-rotation.test.ts', // 59
-  'test/workers.test.ts', // 55
-  'test/token-command.test.ts', // 52
-  'test/faults/database-outage.test.ts', // 50
-  'test/database-faults.test.ts', // 45
-  'test/faults/network-partition-paths.test.ts', // 43
-  'test/faults/patroni-switchover.test.ts', // 36
-  'test/faults/hostile-bodies.test.ts', // 32
-  'test/faults/abuse.test.ts', // 32
+  'test/faults/failover.test.ts', // 120
+  'test/faults/full-disk.test.ts', // 100 (six suites, each in turn)
+  'test/faults/network-partition.test.ts', // 89
+  'test/citus.test.ts', // 85
+  'test/faults/tls.test.ts', // 84
+  'test/faults/citus-patroni.test.ts', // 82
+  'test/faults/randomized.test.ts', // 82
+  'test/citus-nodes-away.test.ts', // 80
+  'test/faults/network-partition-paths.test.ts', // 62
+  'test/workers.test.ts', // 58
+  'test/operator-commands.test.ts', // 53
+  'test/token-rotation.test.ts', // 50
+  'test/doc-examples.test.ts', // 48
+  'test/faults/database-outage.test.ts', // 44
+  'test/token-command.test.ts', // 43
+  'test/faults/patroni-switchover.test.ts', // 38
+  'test/database-faults.test.ts', // 36
+  'test/embedded-database.test.ts', // 34
+  'test/faults/startup-faults.test.ts', // 30
+  'test/faults/abuse.test.ts', // 30
   'test/faults/slow-clients.test.ts', // 30
+  'test/faults/kill-durability.test.ts', // 30
 ]
 const rank = (f: string) => {
   const at = longest.indexOf(f)
@@ -169,10 +170,10 @@ log.info(`test database ready: ${db.kind}`, {
   image: db.detail,
   files: files.length,
 })
-// A file that runs past 5 minutes has hung: the longest, the Citus tests on one shared cluster,
-// took 4 min 14 s beside a busy core (2026-11-27 afternoon).
+// A file that runs past 5 minutes has hung: the longest, the failover matrix, took 2 min beside a
+// busy core (2026-11-27 evening).
 // Files run this many at a time: most of the long ones wait out faults, and overlap (five at a
-// time: 8 min 47 s here with one core kept busy, docs/development.md; six at a time ran the
+// time: 6 min 52 s here with one core kept busy, docs/development.md; six at a time ran the
 // Citus file past its 5 minutes).
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 5
 const child = spawn(
