@@ -10,9 +10,11 @@ export type TcpProxy = {
   /** Accepts connections again, on the same port. */
   readonly restore: () => Promise<void>
   /**
-   * Cuts (as `cut` does) when the next new connection sends its first query after start-up (its
-   * first Parse or Query message): the database goes away while the driver sets a connection
-   * up. Resolves once it has cut.
+   * Cuts (as `cut` does) when a connection opened from now on sends its first query after
+   * start-up (its first Parse or Query message): the database goes away while the driver sets a
+   * connection up. Every connection opened meanwhile is watched, not only the next one: another
+   * that reconnects at the same moment (a LISTEN session) would otherwise carry the watch while
+   * the next one runs its query to its end. Resolves once it has cut.
    */
   readonly cutAtFirstQuery: () => Promise<void>
   /**
@@ -101,10 +103,17 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
         s.on('close', () => sockets.delete(s))
         s.on('error', destroyBoth)
       }
-      const onQuery = cutAtQuery
-      cutAtQuery = undefined
-      // Registered before the pipe: the chunk with the query meets a destroyed upstream.
-      if (onQuery) client.on('data', watchForFirstQuery(onQuery))
+      // Registered before the pipe: the chunk with the query meets a destroyed upstream. The
+      // first connection to send one cuts; the others' watches then do nothing.
+      if (cutAtQuery)
+        client.on(
+          'data',
+          watchForFirstQuery(() => {
+            const onQuery = cutAtQuery
+            cutAtQuery = undefined
+            onQuery?.()
+          }),
+        )
       // With `loseNextAnswer` armed: the first query seen (a chunk starting with Parse, Bind of
       // a prepared statement, or Query, the connection being idle) has its answer dropped, and
       // both ends cut.
