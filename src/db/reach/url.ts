@@ -2,21 +2,27 @@
 // libpq writes a list of hosts. WHATWG's URL parser refuses the list, so it is split here.
 const pattern = /^(postgres(?:ql)?:)\/\/(?:([^@/?#]*)@)?([^/?#]*)(.*)$/s
 
+/** The URL's parts around its list of hosts, and the URL rebuilt with one `host` of its own. */
+function splitHosts(text: string) {
+  const m = pattern.exec(text)
+  if (!m) return undefined
+  const [, protocol, userinfo, hosts = '', rest = ''] = m
+  return {
+    hosts: hosts.split(','),
+    withHost: (host: string) =>
+      `${protocol}//${userinfo === undefined ? '' : `${userinfo}@`}${host}${rest}`,
+  }
+}
+
 /**
  * One URL per host of a PostgreSQL URL, in order, each with the user, password, database and
  * parameters of the whole; `undefined` when the text is no such URL.
  */
 export function hostUrls(text: string): URL[] | undefined {
-  const m = pattern.exec(text)
-  if (!m) return undefined
-  const [, protocol, userinfo, hosts = '', rest = ''] = m
+  const split = splitHosts(text)
+  if (!split) return undefined
   try {
-    return hosts
-      .split(',')
-      .map(
-        (host) =>
-          new URL(`${protocol}//${userinfo === undefined ? '' : `${userinfo}@`}${host}${rest}`),
-      )
+    return split.hosts.map((host) => new URL(split.withHost(host)))
   } catch {
     return undefined
   }
@@ -40,10 +46,8 @@ export function hostsOf(url: string): URL[] {
 
 /** The URL with its first host only, for the driver, which `hostConnector` opens sockets for. */
 export function singleHostUrl(url: string): string {
-  const m = pattern.exec(url)
-  if (!m) return url
-  const [, protocol, userinfo, hosts = '', rest = ''] = m
-  return `${protocol}//${userinfo === undefined ? '' : `${userinfo}@`}${hosts.split(',')[0]}${rest}`
+  const split = splitHosts(url)
+  return split ? split.withHost(split.hosts[0] ?? '') : url
 }
 
 /**
@@ -58,9 +62,17 @@ export type DatabaseUrl = {
   readonly wantsWritable: boolean
 }
 
-export function readDatabaseUrl(text: string): DatabaseUrl {
+/** The text before the parameters, and the parameters. */
+function splitQuery(text: string): { base: string; query: URLSearchParams } {
   const q = text.indexOf('?')
-  const query = new URLSearchParams(q === -1 ? '' : text.slice(q + 1))
+  return {
+    base: q === -1 ? text : text.slice(0, q),
+    query: new URLSearchParams(q === -1 ? '' : text.slice(q + 1)),
+  }
+}
+
+export function readDatabaseUrl(text: string): DatabaseUrl {
+  const { query } = splitQuery(text)
   const attrs = query.get('target_session_attrs')
   return {
     text,
@@ -72,10 +84,8 @@ export function readDatabaseUrl(text: string): DatabaseUrl {
 
 /** `text` with its parameters edited by `edit`; the rest as written. */
 export function withQuery(text: string, edit: (query: URLSearchParams) => void): string {
-  const q = text.indexOf('?')
-  const query = new URLSearchParams(q === -1 ? '' : text.slice(q + 1))
+  const { base, query } = splitQuery(text)
   edit(query)
-  const base = q === -1 ? text : text.slice(0, q)
   const rest = query.toString()
   return rest === '' ? base : `${base}?${rest}`
 }
