@@ -205,8 +205,9 @@ function guardConnections(server: Server, log: Log, clock: Clock): void {
   })
   let lastAcceptError = Number.NEGATIVE_INFINITY
   server.on('error', (err: NodeJS.ErrnoException) => {
-    if (clock.now() - lastAcceptError < 1000) return
-    lastAcceptError = clock.now()
+    const now = clock.now()
+    if (now - lastAcceptError < 1000) return
+    lastAcceptError = now
     log.warn('a connection could not be accepted', { error: err.code ?? describeError(err) })
   })
 }
