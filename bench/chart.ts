@@ -127,6 +127,7 @@ export function renderRatesChart(
     service: '#2e7d32',
     baseline: '#ef6c00',
     floor: '#1565c0',
+    fastify: '#8e24aa',
     pgbench: '#616161',
   }
   const values = rates.flatMap((r) => Object.values(r.targets).flatMap((t) => [t.p50, t.p99]))

@@ -106,6 +106,10 @@ export const spawnHttpCeiling = () => spawnBenchServer('bench/http-ceiling.ts', 
 export const spawnFloor = (url: string) =>
   spawnBenchServer('bench/floor-server.ts', 'floor', { DATABASE_URL: url })
 
+/** Spawns bench/fastify-pg.ts (Fastify 5 and pg, a single-row insert per request) at `url`. */
+export const spawnFastify = (url: string, token: string) =>
+  spawnBenchServer('bench/fastify-pg.ts', 'fastify', { DATABASE_URL: url, TOKEN: token })
+
 /** Stops a spawned process with SIGTERM and waits for it. */
 export async function stop(r: Running): Promise<void> {
   if (r.child.exitCode !== null) return

@@ -6,7 +6,7 @@ import {
   runPgbenchAtRate,
 } from '../open-loop.ts'
 import { singleInsertScript } from '../pgbench.ts'
-import { type Running, spawnFloor, spawnService, stop } from '../processes.ts'
+import { type Running, spawnFastify, spawnFloor, spawnService, stop } from '../processes.ts'
 
 /** The shares of the service's peak at which latency is measured. */
 export const rateShares = [0.05, 0.1, 0.25, 0.5, 0.75] as const
@@ -42,7 +42,7 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * whatever the answers (bench/open-loop.c, 256 keep-alive connections, latency from each
  * request's due time), at 5 to 75 % of the service's peak (`peak`, or measured here with wrk
  * at 64 connections), side by side with pgbench `-R` (single-row inserts at the same rate) and
- * the floor (bench/floor-server.ts), and with `baseline` (another checkout's service) when given.
+ * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), and with `baseline` (another checkout's service) when given.
  * Each run follows a `TRUNCATE` and a `CHECKPOINT`; the targets' order rotates each round.
  * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
  * against the same instance's steady figures after.
@@ -77,6 +77,7 @@ export async function ratesPhase(
   const targets: { name: string; running?: Running }[] = [
     { name: 'service', running: service },
     { name: 'floor', running: await spawnFloor(bench.url) },
+    { name: 'fastify', running: await spawnFastify(bench.url, token) },
   ]
   if (baseline !== undefined)
     targets.push({
@@ -135,6 +136,7 @@ export async function ratesPhase(
     summary.push({ share, rate, targets: figures })
     say(`${f(share * 100, 3)} % = ${rate} /s`)
     const pg = figures.pgbench
+    const fastify = figures.fastify
     for (const [name, m] of Object.entries(figures)) {
       // A generator late by a quarter of the p99 measured itself as much as the target.
       const mark = m.lagP99 > m.p99 / 4 ? ' (generator lag: measured the generator)' : ''
@@ -142,8 +144,12 @@ export async function ratesPhase(
         pg === undefined || name === 'pgbench'
           ? ''
           : `  ÷ pgbench p50 ${f(m.p50 / pg.p50, 4, 2)} p99 ${f(m.p99 / pg.p99, 4, 2)}`
+      const vsFastify =
+        fastify === undefined || name === 'fastify' || name === 'pgbench'
+          ? ''
+          : `  ÷ fastify p50 ${f(m.p50 / fastify.p50, 4, 2)} p99 ${f(m.p99 / fastify.p99, 4, 2)}`
       say(
-        `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
+        `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${vsFastify}${mark}`,
       )
     }
   }
