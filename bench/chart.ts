@@ -128,6 +128,7 @@ export function renderRatesChart(
     baseline: '#ef6c00',
     floor: '#1565c0',
     fastify: '#8e24aa',
+    'floor-pg': '#00838f',
     pgbench: '#616161',
   }
   const values = rates.flatMap((r) => Object.values(r.targets).flatMap((t) => [t.p50, t.p99]))

@@ -4,8 +4,12 @@
 // validation beyond JSON.parse, no log, no metrics, no deadline, no retry look-up (a conflict is
 // answered 200 as if it were a retry). The service at this server's rate would cost nothing for
 // everything the contract adds. DATABASE_URL names the database; prints its port on the first
-// line of stdout.
+// line of stdout. FLOOR_DRIVER=pg sends the same statement through `pg` instead (a pool of as
+// many connections, the statement named): the same design on another driver, which the rates
+// part compares (`--floor-pg`).
+
 import { createServer, type ServerResponse } from 'node:http'
+import pg from 'pg'
 import postgres from 'postgres'
 import { limits } from '../src/limits.ts'
 
@@ -13,7 +17,41 @@ type Create = { id: string; name: string; tag: string | null; res: ServerRespons
 
 // The service's own batch limits, so that the floor is measured on the same terms.
 const { maxInFlight, maxBatch } = limits.batch
+const onPg = process.env.FLOOR_DRIVER === 'pg'
 const sql = postgres(process.env.DATABASE_URL ?? '', { max: maxInFlight, onnotice: () => {} })
+const pool = onPg
+  ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: maxInFlight })
+  : undefined
+const unnestText = `insert into plants (id, name, tag, created_by)
+  select * from unnest($1::int8[], $2::text[], $3::text[], $4::text[])
+  on conflict (id) do nothing
+  returning id::text`
+
+/** The batch as one `unnest` statement, on the driver asked for. */
+function insert(batch: Create[]): Promise<unknown> {
+  if (pool !== undefined)
+    return pool.query({
+      name: 'unnest',
+      text: unnestText,
+      values: [
+        batch.map((c) => c.id),
+        batch.map((c) => c.name),
+        batch.map((c) => c.tag),
+        batch.map(() => 'floor'),
+      ],
+    })
+  return sql`
+      insert into plants (id, name, tag, created_by)
+      select * from unnest(
+        ${batch.map((c) => c.id)}::int8[],
+        ${batch.map((c) => c.name)}::text[],
+        ${batch.map((c) => c.tag)}::text[],
+        ${batch.map(() => 'floor')}::text[]
+      )
+      on conflict (id) do nothing
+      returning id::text`
+}
+
 const queue: Create[] = []
 let inFlight = 0
 
@@ -29,16 +67,7 @@ function send(): void {
   while (inFlight < maxInFlight && queue.length > 0) {
     const batch = queue.splice(0, maxBatch)
     inFlight++
-    sql`
-      insert into plants (id, name, tag, created_by)
-      select * from unnest(
-        ${batch.map((c) => c.id)}::int8[],
-        ${batch.map((c) => c.name)}::text[],
-        ${batch.map((c) => c.tag)}::text[],
-        ${batch.map(() => 'floor')}::text[]
-      )
-      on conflict (id) do nothing
-      returning id::text`
+    insert(batch)
       .then(
         () => {
           for (const c of batch)
@@ -88,4 +117,6 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   const address = server.address()
   process.stdout.write(`${typeof address === 'object' && address ? address.port : ''}\n`)
 })
-process.on('SIGTERM', () => server.close(() => sql.end().then(() => process.exit(0))))
+process.on('SIGTERM', () =>
+  server.close(() => Promise.all([sql.end(), pool?.end()]).then(() => process.exit(0))),
+)

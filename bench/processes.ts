@@ -103,8 +103,11 @@ async function spawnBenchServer(
 export const spawnHttpCeiling = () => spawnBenchServer('bench/http-ceiling.ts', 'HTTP ceiling')
 
 /** Spawns the minimal coalescing server of bench/floor-server.ts on the database at `url`. */
-export const spawnFloor = (url: string) =>
-  spawnBenchServer('bench/floor-server.ts', 'floor', { DATABASE_URL: url })
+export const spawnFloor = (url: string, driver: 'postgres' | 'pg' = 'postgres') =>
+  spawnBenchServer('bench/floor-server.ts', driver === 'pg' ? 'floor on pg' : 'floor', {
+    DATABASE_URL: url,
+    FLOOR_DRIVER: driver,
+  })
 
 /** Spawns bench/fastify-pg.ts (Fastify 5 and pg, a single-row insert per request) at `url`. */
 export const spawnFastify = (url: string, token: string) =>

@@ -1,7 +1,7 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
 //                         [,growth][,citus][,rates][,spans]
-//                  --peak N --shares 5,10,25,50,75 --fresh-seconds 20 --fresh-runs N
+//                  --peak N --shares 5,10,25,50,75 --fresh-seconds 20 --fresh-runs N --floor-pg
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -30,7 +30,8 @@
 //   to more workers; --citus-shards N redistributes plants into N shards first;
 // - rates: latency at fixed rates (5 to 75 % of the service's peak, --peak or measured), open
 //   loop (bench/open-loop.c: a schedule, latency from the due time), beside pgbench -R and the
-//   floor (and --baseline DIR's service), then a fresh instance's first --fresh-seconds at 10 %;
+//   floor, Fastify + pg (and --baseline DIR's service; --floor-pg: the floor on pg too), then a
+//   fresh instance's first --fresh-seconds at 10 %;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -84,6 +85,7 @@ const { values: args } = parseArgs({
     'fresh-seconds': { type: 'string', default: '20' },
     'fresh-runs': { type: 'string' },
     shares: { type: 'string', default: '5,10,25,50,75' },
+    'floor-pg': { type: 'boolean', default: false },
     node24: { type: 'string', default: '24.21.0' },
     baseline: { type: 'string' },
     ids: { type: 'string', default: 'sequential' },
@@ -211,6 +213,7 @@ if (parts.has('rates'))
       .split(',')
       .filter((s) => s !== '')
       .map((s) => Number(s) / 100),
+    floorPg: args['floor-pg'],
   })
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))

@@ -55,12 +55,15 @@ export async function ratesPhase(
     freshSeconds,
     freshRuns = bench.options.runs,
     shares = rateShares,
+    floorPg = false,
   }: {
     peak?: number | undefined
     baseline?: string | undefined
     freshSeconds: number
     freshRuns?: number
     shares?: readonly number[]
+    /** Also the floor on `pg` (`--floor-pg`): the same design on the other driver. */
+    floorPg?: boolean
   },
 ) {
   const { options, sql, token } = bench
@@ -79,6 +82,7 @@ export async function ratesPhase(
     { name: 'floor', running: await spawnFloor(bench.url) },
     { name: 'fastify', running: await spawnFastify(bench.url, token) },
   ]
+  if (floorPg) targets.push({ name: 'floor-pg', running: await spawnFloor(bench.url, 'pg') })
   if (baseline !== undefined)
     targets.push({
       name: 'baseline',
