@@ -9,7 +9,8 @@
 import { spawn } from 'node:child_process'
 import { chmod, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
 import postgres from 'postgres'
@@ -18,18 +19,14 @@ import { migrate } from '../src/db/start/migrate.ts'
 import { createLog } from '../src/log.ts'
 import { root } from './processes.ts'
 
-const { values: args } = parseArgs({
-  options: {
-    child: { type: 'string' },
-    rate: { type: 'string', default: '3000' },
-    seconds: { type: 'string', default: '10' },
-  },
-})
-const rate = Number(args.rate)
-const seconds = Number(args.seconds)
-
-/** The load, in a child process: `driver,shape` at `rate` creates a second. */
-async function load(url: string, driver: string, shape: string): Promise<void> {
+/** The load, in a child process: `driver,shape` at `rate` creates a second for `seconds`. */
+async function load(
+  url: string,
+  driver: string,
+  shape: string,
+  rate: number,
+  seconds: number,
+): Promise<void> {
   const sql = driver === 'postgres' ? postgres(url, { max: 2, onnotice: () => {} }) : undefined
   const pool = driver === 'pg' ? new pg.Pool({ connectionString: url, max: 2 }) : undefined
   const text =
@@ -78,7 +75,13 @@ async function load(url: string, driver: string, shape: string): Promise<void> {
   setTimeout(() => process.exit(0), seconds * 1000)
 }
 
-type Figures = { scavenges: number; survived: number; pauseMedian: number; pauseMax: number }
+/** The scavenges of a run: how many, the share of allocation that survived one, their pauses. */
+export type Figures = {
+  scavenges: number
+  survived: number
+  pauseMedian: number
+  pauseMax: number
+}
 
 /** Scavenges after the first 2.5 s in a --trace-gc-nvp log. */
 function scavenges(log: string): Figures {
@@ -103,10 +106,31 @@ function scavenges(log: string): Figures {
   }
 }
 
-async function measure(url: string, driver: string, shape: string): Promise<Figures> {
+/**
+ * Runs `driver` ('postgres' or 'pg') in `shape` ('floor': each statement sent from the last
+ * one's completion; 'worker': long-lived slot loops) at `rate` creates a second for `seconds`
+ * on the database at `url`, in a process of its own, and reads its scavenges.
+ */
+export async function measure(
+  url: string,
+  driver: string,
+  shape: string,
+  { rate = 3000, seconds = 10 } = {},
+): Promise<Figures> {
   const child = spawn(
     process.execPath,
-    ['--trace-gc-nvp', '--import', 'tsx', 'bench/driver-gc.ts', '--child', `${driver},${shape}`],
+    [
+      '--trace-gc-nvp',
+      '--import',
+      'tsx',
+      'bench/driver-gc.ts',
+      '--child',
+      `${driver},${shape}`,
+      '--rate',
+      String(rate),
+      '--seconds',
+      String(seconds),
+    ],
     { cwd: root, env: { ...process.env, DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'inherit'] },
   )
   child.stdout.setEncoding('utf8')
@@ -118,10 +142,24 @@ async function measure(url: string, driver: string, shape: string): Promise<Figu
   return scavenges(out)
 }
 
-if (args.child !== undefined) {
+const direct =
+  process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)
+const { values: args } = direct
+  ? parseArgs({
+      options: {
+        child: { type: 'string' },
+        rate: { type: 'string', default: '3000' },
+        seconds: { type: 'string', default: '10' },
+      },
+    })
+  : { values: undefined }
+const rate = Number(args?.rate)
+const seconds = Number(args?.seconds)
+
+if (args?.child !== undefined) {
   const [driver = 'postgres', shape = 'floor'] = args.child.split(',')
-  await load(process.env.DATABASE_URL ?? '', driver, shape)
-} else {
+  await load(process.env.DATABASE_URL ?? '', driver, shape, rate, seconds)
+} else if (direct) {
   const log = createLog('warn', (l) => process.stderr.write(l))
   const dir = await mkdtemp(join(tmpdir(), 'plant-store-driver-gc-'))
   await chmod(dir, 0o755)
@@ -134,7 +172,7 @@ if (args.child !== undefined) {
   )
   for (const shape of ['floor', 'worker'])
     for (const driver of ['postgres', 'pg']) {
-      const r = await measure(url, driver, shape)
+      const r = await measure(url, driver, shape, { rate, seconds })
       process.stdout.write(
         `  ${`${driver}, ${shape}`.padEnd(18)} scavenges ${String(r.scavenges).padStart(4)}  survived ${(r.survived * 100).toFixed(1).padStart(5)} % of allocation  pause median ${r.pauseMedian.toFixed(2)} ms, max ${r.pauseMax.toFixed(2)} ms\n`,
       )
