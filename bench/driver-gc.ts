@@ -17,6 +17,7 @@ import postgres from 'postgres'
 import { startEmbedded } from '../src/db/start/embedded.ts'
 import { migrate } from '../src/db/start/migrate.ts'
 import { createLog } from '../src/log.ts'
+import { median } from './bench.ts'
 import { root } from './processes.ts'
 
 /** The load, in a child process: `driver,shape` at `rate` creates a second for `seconds`. */
@@ -96,13 +97,13 @@ function scavenges(log: string): Figures {
       allocated: field('allocated'),
     })
   }
-  const pauses = rows.map((r) => r.pause).sort((a, b) => a - b)
+  const pauses = rows.map((r) => r.pause)
   const sum = (k: 'survived' | 'allocated') => rows.reduce((s, r) => s + r[k], 0)
   return {
     scavenges: rows.length,
     survived: sum('survived') / Math.max(1, sum('allocated')),
-    pauseMedian: pauses[Math.floor(pauses.length / 2)] ?? Number.NaN,
-    pauseMax: pauses.at(-1) ?? Number.NaN,
+    pauseMedian: median(pauses),
+    pauseMax: pauses.length === 0 ? Number.NaN : Math.max(...pauses),
   }
 }
 

@@ -139,21 +139,19 @@ export async function ratesPhase(
     ) as Record<string, RateFigures>
     summary.push({ share, rate, targets: figures })
     say(`${f(share * 100, 3)} % = ${rate} /s`)
-    const pg = figures.pgbench
-    const fastify = figures.fastify
+    /** `m` against the reference `ref` (pgbench, Fastify), when it ran and is not `m` itself. */
+    const versus = (ref: string, name: string, m: RateFigures) => {
+      const r = figures[ref]
+      return r === undefined || name === ref || name === 'pgbench'
+        ? ''
+        : `  ÷ ${ref} p50 ${f(m.p50 / r.p50, 4, 2)} p99 ${f(m.p99 / r.p99, 4, 2)}`
+    }
     for (const [name, m] of Object.entries(figures)) {
       // A generator late by a quarter of the p99 measured itself as much as the target.
       const mark = m.lagP99 > m.p99 / 4 ? ' (generator lag: measured the generator)' : ''
-      const vs =
-        pg === undefined || name === 'pgbench'
-          ? ''
-          : `  ÷ pgbench p50 ${f(m.p50 / pg.p50, 4, 2)} p99 ${f(m.p99 / pg.p99, 4, 2)}`
-      const vsFastify =
-        fastify === undefined || name === 'fastify' || name === 'pgbench'
-          ? ''
-          : `  ÷ fastify p50 ${f(m.p50 / fastify.p50, 4, 2)} p99 ${f(m.p99 / fastify.p99, 4, 2)}`
+      const vs = versus('pgbench', name, m) + versus('fastify', name, m)
       say(
-        `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${vsFastify}${mark}`,
+        `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
       )
     }
   }
