@@ -1,9 +1,9 @@
 // What a create costs written the usual way, as the rates part compares it: Fastify 5 and `pg`
-// with a pool of 10, one single-row INSERT per request (a named statement), sent at once. A bearer check against the
-// bench's token (one string comparison, no database), the body checked by a JSON schema
-// (Fastify's own validation), the id kept exact as text, a conflict answered 409 and a database
-// error 503. No log, metrics, deadline or batching. DATABASE_URL names the database, TOKEN the
-// token; prints its port on the first line of stdout.
+// with a pool of 10, one single-row INSERT per request (a named statement), sent at once. A
+// bearer check against the bench's token (one string comparison, no database), the body checked
+// by a JSON schema (Fastify's own validation), the id kept exact as text, a conflict answered 409
+// and a database error 503. No log, metrics, deadline or batching. DATABASE_URL names the
+// database, TOKEN the token; prints its port on the first line of stdout.
 import Fastify from 'fastify'
 import pg from 'pg'
 

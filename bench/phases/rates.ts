@@ -42,7 +42,8 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * whatever the answers (bench/open-loop.c, 256 keep-alive connections, latency from each
  * request's due time), at 5 to 75 % of the service's peak (`peak`, or measured here with wrk
  * at 64 connections), side by side with pgbench `-R` (single-row inserts at the same rate) and
- * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), and with `baseline` (another checkout's service) when given.
+ * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), and with `baseline`
+ * (another checkout's service) when given.
  * Each run follows a `TRUNCATE` and a `CHECKPOINT`; the targets' order rotates each round.
  * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
  * against the same instance's steady figures after.
