@@ -162,10 +162,12 @@ if (args?.child !== undefined) {
   await load(process.env.DATABASE_URL ?? '', driver, shape, rate, seconds)
 } else if (direct) {
   const log = createLog('warn', (l) => process.stderr.write(l))
-  const dir = await mkdtemp(join(tmpdir(), 'plant-store-driver-gc-'))
-  await chmod(dir, 0o755)
   const given = process.env.DATABASE_URL
-  const db = given ? undefined : await startEmbedded({ dir, log, shareRunning: false })
+  // A folder for an embedded PostgreSQL only when no DATABASE_URL is given; as root the server
+  // runs as postgres, which must be able to enter it.
+  const dir = given ? undefined : await mkdtemp(join(tmpdir(), 'plant-store-driver-gc-'))
+  if (dir !== undefined) await chmod(dir, 0o755)
+  const db = dir === undefined ? undefined : await startEmbedded({ dir, log, shareRunning: false })
   const url = given ?? db?.url ?? ''
   await migrate(url, log)
   process.stdout.write(
@@ -179,5 +181,5 @@ if (args?.child !== undefined) {
       )
     }
   await db?.stop()
-  await rm(dir, { recursive: true, force: true })
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true })
 }
