@@ -66,7 +66,7 @@ export function batchOnSlots(
   const slotSql = (slot: number): Sql => {
     const s = slots[slot]
     if (s === undefined) throw new Error(`no statement slot ${slot}`)
-    return s.sql
+    return s.forStatement()
   }
   const createDeadline = contractLimits.database.request - contractLimits.database.answerMargin
   const send = (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path())
@@ -96,7 +96,7 @@ export function batchOnSlots(
     ready: async (times = 1): Promise<void> => {
       await Promise.all(
         slots.map(async (slot) => {
-          for (let i = 0; i < times; i++) await readyForBatches(slot.sql, path())
+          for (let i = 0; i < times; i++) await readyForBatches(slot.forStatement(), path())
         }),
       )
     },

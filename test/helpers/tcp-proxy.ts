@@ -28,6 +28,11 @@ export type TcpProxy = {
    * it committed. Resolves once it has cut.
    */
   readonly loseNextAnswer: () => Promise<void>
+  /**
+   * What each connection accepted so far has sent, in order: the text of every Parse and Query
+   * message (a prepared statement's later Binds name it only, and are not listed).
+   */
+  readonly queries: () => readonly (readonly string[])[]
   /** Sends new connections to the host and port of `databaseUrl`, as a changed DNS name would. */
   readonly retarget: (databaseUrl: string) => void
   readonly close: () => Promise<void>
@@ -64,6 +69,34 @@ function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
 }
 
 /**
+ * Calls `onQuery` with the SQL of each Parse ('P') or Query ('Q') message in the frontend stream
+ * fed to the returned function. Messages before the StartupMessage have no type byte.
+ */
+function recordQueries(onQuery: (sql: string) => void): (chunk: Buffer) => void {
+  let pending = Buffer.alloc(0)
+  let untyped = true
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk])
+    for (;;) {
+      const header = untyped ? 4 : 5
+      if (pending.length < header) return
+      const length = pending.readInt32BE(untyped ? 0 : 1) + (untyped ? 0 : 1)
+      if (pending.length < length) return
+      if (untyped) {
+        if (!(length >= 8 && negotiationCodes.has(pending.readInt32BE(4)))) untyped = false
+      } else if (pending[0] === 0x51) {
+        onQuery(pending.toString('utf8', 5, pending.indexOf(0, 5)))
+      } else if (pending[0] === 0x50) {
+        // Parse: the statement's name, then its text, each ended by a zero byte.
+        const text = pending.indexOf(0, 5) + 1
+        onQuery(pending.toString('utf8', text, pending.indexOf(0, text)))
+      }
+      pending = pending.subarray(length)
+    }
+  }
+}
+
+/**
  * Whether the backend stream fed to the returned function has reached a ReadyForQuery ('Z')
  * message: the end of a query's answer. The stream starts at a message boundary.
  */
@@ -90,6 +123,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   let cutAtQuery: (() => void) | undefined
   let frozen = false
   let loseAnswer: (() => void) | undefined
+  const queries: string[][] = []
 
   async function listen(): Promise<void> {
     server = createServer((client) => {
@@ -98,6 +132,12 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
         client.destroy()
         upstream.destroy()
       }
+      const sent: string[] = []
+      queries.push(sent)
+      client.on(
+        'data',
+        recordQueries((sql) => sent.push(sql)),
+      )
       for (const s of [client, upstream]) {
         sockets.add(s)
         s.on('close', () => sockets.delete(s))
@@ -183,6 +223,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       new Promise<void>((resolve) => {
         loseAnswer = resolve
       }),
+    queries: () => queries,
     retarget: (url) => {
       target = new URL(url)
     },

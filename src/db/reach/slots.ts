@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net'
-import type { Sql } from 'postgres'
+import postgres, { type Sql } from 'postgres'
 import { limits } from '../../limits.ts'
 import type { Log, LogFields } from '../../log.ts'
 import { DatabaseUnavailable } from '../../outcome.ts'
@@ -13,6 +13,11 @@ import { applicationName, createSql, type SqlOptions } from './sql.ts'
 export type StatementSlot = {
   /** The slot's pool of one connection; a new one after each cut. */
   readonly sql: Sql
+  /**
+   * The pool, for a statement: on a connection that has sent nothing yet (the slot's first, or
+   * one opened after a close or a cut), `primeBackend` goes first, in the same write.
+   */
+  readonly forStatement: () => Sql
   /**
    * Destroys the slot's sockets and ends its pool, failing whatever it still holds (the
    * statement with `reason`, anything queued behind it), and gives the slot a new pool. Returns
@@ -65,6 +70,33 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
 }
 
 /**
+ * The bytes `primeBackend` has a new backend allocate at once: above every batch's working memory
+ * (about 150 KiB for a batch of one, under 1 MiB for one of `maxBatch`, measured on PostgreSQL
+ * 18), and at most 2 MiB of a backend's freed memory kept for its next statements.
+ */
+const primeBytes = 1 << 20
+
+/**
+ * Readies a new connection's backend for the batch statements' memory, once. PostgreSQL's memory
+ * comes from the C library's `malloc`; glibc's gives memory back above its trim threshold (128
+ * KiB at first, `mallopt(3)`), and a batch statement's working memory goes past it: without
+ * this, each statement grew the backend's heap with `brk` and gave it back after, 4 to 5 system
+ * calls and as many fresh pages faulted in per statement, a sixth of the server's CPU for a create
+ * at a quarter of the peak (docs/scaling.md). One block of `primeBytes` allocated and freed
+ * raises both thresholds for the backend's life (to its size, and twice it), and the heap keeps
+ * what the statements use. Servers on another allocator (musl) only run one cheap statement more.
+ */
+function primeBackend(sql: Sql, again: () => void): void {
+  sql`select length(repeat('x', ${primeBytes}))`.catch((error: unknown) => {
+    // The statement behind it meets the same trouble and reports it. Unless the server answered
+    // the primer itself with an error (its backend lives on, and would answer the same again),
+    // the connection it went to is gone (or was already, unknown to the driver, which hands the
+    // news to the next statement): the next statement primes the next connection.
+    if (!(error instanceof postgres.PostgresError && error.severity === 'ERROR')) again()
+  })
+}
+
+/**
  * Opens `count` statement slots on `url`, each a pool of one connection; where `current` is
  * given, each connection goes to the URL it names at the time (`hostConnector`).
  */
@@ -75,14 +107,33 @@ export function openStatementSlots(
   { current, ...options }: Omit<SqlOptions, 'max' | 'socket'> & { current?: () => string } = {},
 ): StatementSlot[] {
   const connector = hostConnector(url, current)
-  const open = () => {
-    const sockets = trackedSockets(connector)
-    return { sockets, sql: createSql(url, log, { ...options, max: 1, socket: sockets.open }) }
-  }
   return Array.from({ length: count }, () => {
+    // Whether the connection that the next statement goes to has sent nothing yet.
+    let fresh = true
+    const open = () => {
+      fresh = true
+      const sockets = trackedSockets(connector)
+      const connectionClosed = () => {
+        fresh = true
+        options.connectionClosed?.()
+      }
+      return {
+        sockets,
+        sql: createSql(url, log, { ...options, max: 1, socket: sockets.open, connectionClosed }),
+      }
+    }
     let current = open()
     return {
       get sql() {
+        return current.sql
+      },
+      forStatement() {
+        if (fresh) {
+          fresh = false
+          primeBackend(current.sql, () => {
+            fresh = true
+          })
+        }
         return current.sql
       },
       cut(reason: Error) {
