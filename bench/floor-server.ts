@@ -6,11 +6,13 @@
 // everything the contract adds. DATABASE_URL names the database; prints its port on the first
 // line of stdout. FLOOR_DRIVER=pg sends the same statement through `pg` instead (a pool of as
 // many connections, the statement named): the same design on another driver, which the rates
-// part compares (`--floor-pg`).
+// part compares (`--floor-pg`). On `postgres`, each connection's backend is primed first, as the
+// service's statement slots prime theirs.
 
 import { createServer, type ServerResponse } from 'node:http'
 import pg from 'pg'
 import postgres from 'postgres'
+import { primer } from '../src/db/reach/slots.ts'
 import { limits } from '../src/limits.ts'
 
 type Create = { id: string; name: string; tag: string | null; res: ServerResponse }
@@ -22,6 +24,11 @@ const sql = postgres(process.env.DATABASE_URL ?? '', { max: maxInFlight, onnotic
 const pool = onPg
   ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: maxInFlight })
   : undefined
+// Each connection's backend primed before the first create, as the service's statement slots
+// do (src/db/reach/slots.ts): part of the design. The pool opens one connection per primer sent
+// at once. `pg`'s backends were not seen to need it, and are left as they are.
+if (pool === undefined) await Promise.all(Array.from({ length: maxInFlight }, () => primer(sql)))
+
 const unnestText = `insert into plants (id, name, tag, created_by)
   select * from unnest($1::int8[], $2::text[], $3::text[], $4::text[])
   on conflict (id) do nothing

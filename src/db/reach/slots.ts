@@ -70,24 +70,31 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
 }
 
 /**
- * The bytes `primeBackend` has a new backend allocate at once: above every batch's working memory
+ * The bytes the primer has a new backend allocate at once: above every batch's working memory
  * (about 150 KiB for a batch of one, under 1 MiB for one of `maxBatch`, measured on PostgreSQL
  * 18), and at most 2 MiB of a backend's freed memory kept for its next statements.
  */
 const primeBytes = 1 << 20
 
 /**
- * Readies a new connection's backend for the batch statements' memory, once. PostgreSQL's memory
- * comes from the C library's `malloc`; glibc's gives memory back above its trim threshold (128
- * KiB at first, `mallopt(3)`), and a batch statement's working memory goes past it: without
- * this, each statement grew the backend's heap with `brk` and gave it back after, 4 to 5 system
- * calls and as many fresh pages faulted in per statement, a sixth of the server's CPU for a create
- * at a quarter of the peak (docs/scaling.md). One block of `primeBytes` allocated and freed
- * raises both thresholds for the backend's life (to its size, and twice it), and the heap keeps
- * what the statements use. Servers on another allocator (musl) only run one cheap statement more.
+ * The primer: readies a new connection's backend for the batch statements' memory, run once
+ * before them. PostgreSQL's memory comes from the C library's `malloc`; glibc's gives memory back
+ * to the system above its trim threshold (128 KiB at first, `mallopt(3)`), and a batch
+ * statement's working memory goes past it: without this, whenever nothing long-lived happened to
+ * sit above that memory in the heap, each statement grew the backend's heap with `brk` and gave it
+ * back after, 4 to 5 system calls and as many fresh pages faulted in per statement, up to a fifth
+ * of PostgreSQL's CPU for a create (BENCHMARKS.md, "The backend's heap"). One block of
+ * `primeBytes` allocated and freed raises both thresholds for the backend's life (to its size, and
+ * twice it), and the heap keeps what the statements use. On another allocator (musl) the server
+ * only runs one cheap statement more. Exported for the bench's floor, which primes as the slots do.
  */
+export function primer(sql: Sql): Promise<unknown> {
+  return sql`select length(repeat('x', ${primeBytes}))`
+}
+
+/** Sends the primer on `sql`'s connection; `again` if the connection was gone (see below). */
 function primeBackend(sql: Sql, again: () => void): void {
-  sql`select length(repeat('x', ${primeBytes}))`.catch((error: unknown) => {
+  primer(sql).catch((error: unknown) => {
     // The statement behind it meets the same trouble and reports it. Unless the server answered
     // the primer itself with an error (its backend lives on, and would answer the same again),
     // the connection it went to is gone (or was already, unknown to the driver, which hands the
