@@ -147,6 +147,28 @@ async function connectionsOfEach(
   return kept
 }
 
+/**
+ * A new token that every worker knows. `tokenFor` waits for one answer that is not 401, on a
+ * kept-alive connection, so from one worker; the other hears of the token on its own `LISTEN`, a
+ * moment later (later still with a core kept busy). Here 20 creates in a row, each on a new
+ * connection and so on either worker, are not 401.
+ */
+async function tokenForEveryWorker(
+  db: TestDatabase,
+  service: ServiceProcess,
+  name: string,
+  expiresAt?: Date,
+): Promise<string> {
+  const token = await tokenFor(db.sql, service.base, name, expiresAt)
+  let inARow = 0
+  await within(10_000, async () => {
+    const { outcome } = await createOnce(service.base, token, uniqueId())
+    inARow = outcome === 401 ? 0 : inARow + 1
+    return inARow >= 20
+  })
+  return token
+}
+
 async function startWorkers(db: TestDatabase): Promise<ServiceProcess> {
   return startServiceProcess('node', { DATABASE_URL: db.url, WORKERS: '2' }, { after })
 }
@@ -155,7 +177,7 @@ describe('WORKERS=2', () => {
   test('two workers share the port, each with its own pool and LISTEN; /metrics adds up both', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
-    const token = await tokenFor(db.sql, service.base, `workers-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `workers-${uniqueId()}`)
     const answers = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
     assert.deepEqual(new Set(answers.map((a) => a.worker)), new Set([1, 2]))
@@ -197,7 +219,7 @@ describe('WORKERS=2', () => {
       },
       { after },
     )
-    const token = await tokenFor(db.sql, service.base, `workers-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `workers-${uniqueId()}`)
     const answers = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]))
     const spanIds = service.lines
@@ -226,7 +248,7 @@ describe('WORKERS=2', () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
     const name = `revoked-${uniqueId()}`
-    const token = await tokenFor(db.sql, service.base, name)
+    const token = await tokenForEveryWorker(db, service, name)
     // Both workers have verified (and cached) the token.
     const before = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
@@ -243,7 +265,7 @@ describe('WORKERS=2', () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
     const expiresAt = new Date(Date.now() + 4000)
-    const token = await tokenFor(db.sql, service.base, `expiring-${uniqueId()}`, expiresAt)
+    const token = await tokenForEveryWorker(db, service, `expiring-${uniqueId()}`, expiresAt)
     const before = await postUntilEach(service, token, [1, 2])
     assert.deepEqual(new Set(before.map((a) => a.status)), new Set([200]))
     // No change to api_tokens at expiry: each worker judges it by its own clock.
@@ -255,7 +277,7 @@ describe('WORKERS=2', () => {
   test('a worker killed with SIGKILL is logged and replaced; the other keeps answering', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
-    const token = await tokenFor(db.sql, service.base, `kill-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `kill-${uniqueId()}`)
     const ready = service.lines.filter((l) => String(l.message).startsWith('worker ready'))
     const victim = ready.find((l) => l.worker === 1)
     assert.ok(victim, JSON.stringify(ready))
@@ -284,7 +306,7 @@ describe('WORKERS=2', () => {
   test('a worker killed with SIGKILL under load, each create on a new connection: every request ends at once, answered or reset, none left open; the other worker answers on; the primary replaces it', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
-    const token = await tokenFor(db.sql, service.base, `death-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `death-${uniqueId()}`)
     const endings: Ending[] = []
     let running = true
     const loops = Array.from({ length: 8 }, async () => {
@@ -353,7 +375,7 @@ describe('WORKERS=2', () => {
   test('SIGTERM drains every worker: creates in flight on both complete, then exit 0', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
-    const token = await tokenFor(db.sql, service.base, `drain-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `drain-${uniqueId()}`)
     // Which worker owns a connection is the kernel's choice: keep 5 connections of each, known by
     // the worker that answered a first request on them, so that both have creates in flight.
     const owned = await connectionsOfEach(service, [1, 2], 5)
@@ -392,7 +414,7 @@ describe('WORKERS=2', () => {
   test('four unread connections flooding /metrics: the primary aggregates for all at once, /healthz and creates answer, no 500', async () => {
     const db = await createTestDatabase({ after })
     const service = await startWorkers(db)
-    const token = await tokenFor(db.sql, service.base, `flood-${uniqueId()}`)
+    const token = await tokenForEveryWorker(db, service, `flood-${uniqueId()}`)
     const { hostname, port } = new URL(service.base)
     const sockets = await Promise.all(
       Array.from(
