@@ -70,26 +70,25 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
 }
 
 /**
- * The bytes the primer has a new backend allocate at once: above every batch's working memory
- * (about 150 KiB for a batch of one, under 1 MiB for one of `maxBatch`, measured on PostgreSQL
- * 18), and at most 2 MiB of a backend's freed memory kept for its next statements.
- */
-const primeBytes = 1 << 20
-
-/**
  * The primer: readies a new connection's backend for the batch statements' memory, run once
  * before them. PostgreSQL's memory comes from the C library's `malloc`; glibc's gives memory back
  * to the system above its trim threshold (128 KiB at first, `mallopt(3)`), and a batch
  * statement's working memory goes past it: without this, whenever nothing long-lived happened to
  * sit above that memory in the heap, each statement grew the backend's heap with `brk` and gave it
  * back after, 4 to 5 system calls and as many fresh pages faulted in per statement, up to a fifth
- * of PostgreSQL's CPU for a create (BENCHMARKS.md, "The backend's heap"). One block of
- * `primeBytes` allocated and freed raises both thresholds for the backend's life (to its size, and
- * twice it), and the heap keeps what the statements use. On another allocator (musl) the server
- * only runs one cheap statement more. Exported for the bench's floor, which primes as the slots do.
+ * of PostgreSQL's CPU for a create (BENCHMARKS.md, "The backend's heap"). One block of 1 MiB
+ * allocated and freed raises both thresholds for the backend's life (to its size, and twice it),
+ * and the heap keeps what the statements use: 1 MiB is above every batch's working memory (about
+ * 150 KiB for a batch of one, under 1 MiB for one of `maxBatch`, measured on PostgreSQL 18), and
+ * each slot's backend keeps at most 2 MiB of freed memory for its next statements. On another
+ * allocator (musl) the server only runs one cheap statement more. Exported for the bench's floor,
+ * which primes as the slots do.
  */
 export function primer(sql: Sql): Promise<unknown> {
-  return sql`select length(repeat('x', ${primeBytes}))`
+  // 1 KiB repeated 1,024 times, its size read without reading it: 1.6 ms, where `repeat('x',
+  // 1048576)` and a `length` that counts its characters took 10 (one connection, PostgreSQL 18).
+  // No parameter: one round trip, sent with the statement behind it.
+  return sql`select octet_length(repeat(repeat('x', 1024), 1024))`
 }
 
 /** Sends the primer on `sql`'s connection; `again` if the connection was gone (see below). */
