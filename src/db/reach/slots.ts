@@ -14,8 +14,8 @@ export type StatementSlot = {
   /** The slot's pool of one connection; a new one after each cut. */
   readonly sql: Sql
   /**
-   * The pool, for a statement: on a connection that has sent nothing yet (the slot's first, or
-   * one opened after a close or a cut), `primeBackend` goes first, in the same write.
+   * The pool, for a statement: on a pool that has sent nothing yet (the slot's first, or the one
+   * after a cut), `primeBackend` goes first, in the same write.
    */
   readonly forStatement: () => Sql
   /**
@@ -116,17 +116,15 @@ export function openStatementSlots(
   return Array.from({ length: count }, () => {
     // Whether the connection that the next statement goes to has sent nothing yet.
     let fresh = true
+    // Primed once per pool: at the start, and after each cut (the batcher cuts a slot whose
+    // connection was lost). A connection the driver reopens in the same pool (after its idle
+    // timeout) goes unprimed: priming on every close let the primer take a dead connection's
+    // last error in the statement's place, and the statement reconnect at once, which
+    // test/faults/file-handles.test.ts catches as a create stored while out of handles.
     const open = () => {
       fresh = true
       const sockets = trackedSockets(connector)
-      const connectionClosed = () => {
-        fresh = true
-        options.connectionClosed?.()
-      }
-      return {
-        sockets,
-        sql: createSql(url, log, { ...options, max: 1, socket: sockets.open, connectionClosed }),
-      }
+      return { sockets, sql: createSql(url, log, { ...options, max: 1, socket: sockets.open }) }
     }
     let current = open()
     return {
