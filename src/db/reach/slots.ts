@@ -97,7 +97,7 @@ function primeBackend(sql: Sql, again: () => void): void {
     // The statement behind it meets the same trouble and reports it. Unless the server answered
     // the primer itself with an error (its backend lives on, and would answer the same again),
     // the connection it went to is gone (or was already, unknown to the driver, which hands the
-    // news to the next statement): the next statement primes the next connection.
+    // news to the next statement): the pool's next statement sends the primer again.
     if (!(error instanceof postgres.PostgresError && error.severity === 'ERROR')) again()
   })
 }
@@ -114,7 +114,8 @@ export function openStatementSlots(
 ): StatementSlot[] {
   const connector = hostConnector(url, current)
   return Array.from({ length: count }, () => {
-    // Whether the connection that the next statement goes to has sent nothing yet.
+    // Whether the current pool still owes its primer (none sent yet, or the one sent failed
+    // with its connection).
     let fresh = true
     // Primed once per pool: at the start, and after each cut (the batcher cuts a slot whose
     // connection was lost). A connection the driver reopens in the same pool (after its idle
