@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict'
+import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
+import { hostConnector } from '../src/db/reach/hosts.ts'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
+import { createSql } from '../src/db/reach/sql.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
 import { sleep } from './helpers/wait.ts'
@@ -57,6 +60,30 @@ describe('statement slots (a connection of their own per statement in flight)', 
     const [row] = await slot.sql<{ one: number }[]>`select 1 as one`
     assert.equal(row?.one, 1)
   })
+  test("a statement is handed to its socket at once, not on the event loop's next turn", async () => {
+    const sockets: Socket[] = []
+    const sql = createSql(db.url, quietLog, {
+      max: 1,
+      socket: hostConnector(db.url).hooks({ opened: (s) => sockets.push(s) }),
+    })
+    after(() => sql.end())
+    await sql`select 1`
+    const [socket] = sockets
+    assert.ok(socket, 'the connection opened a socket')
+    // Sent from a callback of the loop's check phase, as the batcher sends its statements; what
+    // the driver puts off with setImmediate runs only after `checked`, queued first.
+    const bytes = await new Promise<{ before: number; after: number }>((resolve) => {
+      setImmediate(() => {
+        const before = socket.bytesWritten
+        setImmediate(function checked() {
+          resolve({ before, after: socket.bytesWritten })
+        })
+        void sql`select 2`.execute()
+      })
+    })
+    assert.ok(bytes.after > bytes.before, `${bytes.after - bytes.before} bytes written`)
+  })
+
   test("a slot primes its backend's memory once per pool, before its first statement: at the start and after a cut", async () => {
     const proxy = await startTcpProxy(db.url)
     after(() => proxy.close())

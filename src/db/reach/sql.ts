@@ -33,7 +33,14 @@ export const applicationName = 'plant-store'
 // close handler rejects what is in flight only on a close without error): a create, or a slot,
 // would wait for ever. Waiting in the pool's queue instead, it goes to the next connection that
 // opens. No statement of the service gains from pipelining. (The driver's types omit the option.)
-const onePerConnection: object = { max_pipeline: 0 }
+//
+// And each statement written at once: the driver otherwise holds what it writes until the event
+// loop's next turn (`setImmediate`), to send the queries pipelined in one turn together. With one
+// statement per connection there is nothing to gather, and the wait is a whole turn of the loop
+// (the I/O of every other request) on every create's path: 0.1 to 0.5 ms of its latency from a
+// quarter of the peak on (BENCHMARKS.md, "Written at once"). `write_at_once` is the service's
+// patch of the driver (patches/README.md).
+const onePerConnection: object = { max_pipeline: 0, write_at_once: true }
 
 /** Options of the connection pool. */
 export type SqlOptions = {
