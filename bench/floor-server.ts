@@ -20,7 +20,13 @@ type Create = { id: string; name: string; tag: string | null; res: ServerRespons
 // The service's own batch limits, so that the floor is measured on the same terms.
 const { maxInFlight, maxBatch } = limits.batch
 const onPg = process.env.FLOOR_DRIVER === 'pg'
-const sql = postgres(process.env.DATABASE_URL ?? '', { max: maxInFlight, onnotice: () => {} })
+// Each statement written at once, as the service's connections do (src/db/reach/sql.ts; the
+// driver's types omit the option, which is the service's patch of it).
+const sql = postgres(process.env.DATABASE_URL ?? '', {
+  max: maxInFlight,
+  onnotice: () => {},
+  ...({ write_at_once: true } as object),
+})
 const pool = onPg
   ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: maxInFlight })
   : undefined
