@@ -37,8 +37,8 @@ export const applicationName = 'plant-store'
 // And each statement written at once: the driver otherwise holds what it writes until the event
 // loop's next turn (`setImmediate`), to send the queries pipelined in one turn together. With one
 // statement per connection there is nothing to gather, and the wait is a whole turn of the loop
-// (the I/O of every other request) on every create's path: 0.1 to 0.5 ms of its latency from a
-// quarter of the peak on (BENCHMARKS.md, "Written at once"). `write_at_once` is the service's
+// (the I/O of every other request) on every create's path: 0.1 ms (p50) at a quarter of the
+// peak, more above it (BENCHMARKS.md, "Written at once"). `write_at_once` is the service's
 // patch of the driver (patches/README.md).
 const onePerConnection: object = { max_pipeline: 0, write_at_once: true }
 
