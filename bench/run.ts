@@ -30,7 +30,8 @@
 //   to more workers; --citus-shards N redistributes plants into N shards first;
 // - rates: latency at fixed rates (5 to 75 % of the service's peak, --peak or measured), open
 //   loop (bench/open-loop.c: a schedule, latency from the due time), beside pgbench -R and the
-//   floor, Fastify + pg (and --baseline DIR's service; --floor-pg: the floor on pg too), then a
+//   floor, Fastify + pg (and --baseline DIR's service; --floor-pg: the floor on pg too; the
+//   service on Node --node24 too, the image's runtime, when .ci/node-lts.sh finds it), then a
 //   fresh instance's first --fresh-seconds at 10 %;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
@@ -157,7 +158,7 @@ const sql = postgres(database.url, { max: 2, onnotice: () => {} })
 const token = await createToken(sql, `bench-${Date.now()}`)
 if (isFailure(token)) throw new Error(token.message)
 const bench = createBench(options, database.url, sql, token)
-const node24 = parts.has('ceilings') ? findNode24() : undefined
+const node24 = parts.has('ceilings') || parts.has('rates') ? findNode24() : undefined
 
 say(
   `plant store benchmark: ${options.runs} round(s), ${options.warmup} s warm-up + ${options.seconds} s per phase; load from wrk (2 threads)`,
@@ -214,6 +215,7 @@ if (parts.has('rates'))
       .filter((s) => s !== '')
       .map((s) => Number(s) / 100),
     floorPg: args['floor-pg'],
+    node24,
   })
 if (options.soakStatements > 0) results.soak = await soakPhase(bench)
 if (parts.has('growth')) results.growth = await growthPhase(bench, Number(args.rows))

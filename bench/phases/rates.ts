@@ -42,8 +42,9 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * whatever the answers (bench/open-loop.c, 256 keep-alive connections, latency from each
  * request's due time), at 5 to 75 % of the service's peak (`peak`, or measured here with wrk
  * at 64 connections), side by side with pgbench `-R` (single-row inserts at the same rate) and
- * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), and with `baseline`
- * (another checkout's service) when given.
+ * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), with `baseline`
+ * (another checkout's service) when given, and with `node24` the same service on Node 24 (the
+ * runtime the image ships) when that binary is found.
  * Each run follows a `TRUNCATE` and a `CHECKPOINT`; the targets' order rotates each round.
  * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
  * against the same instance's steady figures after.
@@ -57,6 +58,7 @@ export async function ratesPhase(
     freshRuns = bench.options.runs,
     shares = rateShares,
     floorPg = false,
+    node24,
   }: {
     peak?: number | undefined
     baseline?: string | undefined
@@ -65,6 +67,8 @@ export async function ratesPhase(
     shares?: readonly number[]
     /** Also the floor on `pg` (`--floor-pg`): the same design on the other driver. */
     floorPg?: boolean
+    /** A Node 24 binary: the service on it too, as the image runs it (`node24`). */
+    node24?: string | undefined
   },
 ) {
   const { options, sql, token } = bench
@@ -84,6 +88,11 @@ export async function ratesPhase(
     { name: 'fastify', running: await spawnFastify(bench.url, token) },
   ]
   if (floorPg) targets.push({ name: 'floor-pg', running: await spawnFloor(bench.url, 'pg') })
+  if (node24 !== undefined)
+    targets.push({
+      name: 'node24',
+      running: await spawnService('service on node 24', bench.url, {}, { node: node24 }),
+    })
   if (baseline !== undefined)
     targets.push({
       name: 'baseline',
