@@ -15,7 +15,8 @@ export type StatementSlot = {
   readonly sql: Sql
   /**
    * The pool, for a statement: on a pool that has sent nothing yet (the slot's first, or the one
-   * after a cut), `primeBackend` goes first, in the same write.
+   * after a cut), `primeBackend` goes first: one round trip before the statement, which waits
+   * for it (one statement per connection at a time, sql.ts).
    */
   readonly forStatement: () => Sql
   /**
@@ -87,7 +88,7 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
 export function primer(sql: Sql): Promise<unknown> {
   // 1 KiB repeated 1,024 times, its size read without reading it: 1.6 ms, where `repeat('x',
   // 1048576)` and a `length` that counts its characters took 10 (one connection, PostgreSQL 18).
-  // No parameter: one round trip, sent with the statement behind it.
+  // One round trip of its own: the statement behind it waits for its answer.
   return sql`select octet_length(repeat(repeat('x', 1024), 1024))`
 }
 
