@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { readdirSync } from 'node:fs'
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
@@ -22,6 +22,38 @@ async function create(socket: Socket, token: string, id: number): Promise<Answer
     createRequest(JSON.stringify({ id, name: 'handles' }), `Authorization: Bearer ${token}\r\n`),
   )
   return { status: res.status, retryAfter: res.headers['retry-after'], body: res.body }
+}
+
+/**
+ * The inodes of `pid`'s open TCP sockets whose peer is on `port`: its file handles that are
+ * sockets (`/proc/PID/fd`), matched against its network namespace's tables (`/proc/PID/net`).
+ */
+function databaseSockets(pid: number, port: number): Set<string> {
+  const owned = new Set<string>()
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    const target = (() => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`)
+      } catch {
+        return '' // closed since the listing
+      }
+    })()
+    const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1]
+    if (inode !== undefined) owned.add(inode)
+  }
+  const found = new Set<string>()
+  for (const table of ['tcp', 'tcp6']) {
+    for (const line of readFileSync(`/proc/${pid}/net/${table}`, 'utf8').split('\n').slice(1)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      const fields = line.trim().split(/\s+/)
+      const remote = fields[2]?.split(':')[1]
+      const inode = fields[9]
+      if (remote && inode && Number.parseInt(remote, 16) === port && owned.has(inode)) {
+        found.add(inode)
+      }
+    }
+  }
+  return found
 }
 
 describe('out of file handles', () => {
@@ -65,9 +97,15 @@ describe('out of file handles', () => {
     // The database ends the service's sessions, which frees their handles; connections of our
     // own take those too, so every connection the service opens again meets EMFILE. A session's
     // end may reach the service late (through a container's proxy, say) and free a handle after
-    // our connections took the others: so ours are added until the service has held none free
-    // for half a second. (Its statement slots connect only for a create; its LISTEN session
-    // reconnects at once, and may take a handle before ours do: it carries no create.)
+    // our connections took the others: so ours are added until every socket the service held to
+    // the database (noted here, by inode) is closed and it has held no handle free for half a
+    // second. Half a second alone is no proof on a busy machine: a socket closed only when a
+    // create meets it frees a handle for that create's new connection, which then stores it.
+    // (Its statement slots connect only for a create; its LISTEN session reconnects at once,
+    // and may take a handle before ours do: it carries no create.)
+    const databasePort = Number(new URL(db.url).port || 5432)
+    const toDatabase = databaseSockets(pid, databasePort)
+    assert.ok(toDatabase.size > 0, 'the service holds connections to the database')
     const ended = await db.sql<{ pid: number }[]>`
       select pid, pg_terminate_backend(pid) from pg_stat_activity
       where datname = current_database() and pid <> pg_backend_pid()`
@@ -79,6 +117,8 @@ describe('out of file handles', () => {
     })
     await within(10_000, async () => {
       for (let i = 0; i < 40 && free() > 0; i++) flood.push(await openSocket(service.base))
+      const open = databaseSockets(pid, databasePort)
+      if ([...toDatabase].some((inode) => open.has(inode))) return false
       for (let waited = 0; waited < 500; waited += 50) {
         if (free() > 0) return false
         await sleep(50)
