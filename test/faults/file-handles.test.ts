@@ -163,10 +163,23 @@ describe('out of file handles', () => {
     const took = both.map((b) => b.ms)
     cornering = false
     await keepCornered
+    // What a failure needs to be understood (it has failed now and then in whole runs, the
+    // creates stored after about 1.5 s held, cause not yet found): when each answer came, the
+    // service's sockets to the database now, its free handles, and what it logged but requests.
+    const said = () =>
+      JSON.stringify({
+        took: took.map(Math.round),
+        toDatabaseNow: [...databaseSockets(pid, databasePort)],
+        endedSockets: [...toDatabase],
+        free: free(),
+        logged: service.lines
+          .filter((l) => l.message !== 'request' || l.path === '/plants')
+          .map((l) => `${l.time} ${l.level} ${l.message} ${l.error ?? l.status ?? ''}`),
+      })
     assert.deepEqual(
       answers.filter((a) => a.status !== 503),
       [],
-      'every create while out of handles is 503',
+      `every create while out of handles is 503; ${answers.some((a) => a.status !== 503) ? said() : ''}`,
     )
     assert.ok(answers.every((a) => a.retryAfter === '1' && a.body.includes('50301')))
     // Held, and sent again, until the deadline: no handle freed up for them.
