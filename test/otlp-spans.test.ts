@@ -4,7 +4,7 @@ import { register } from 'node:module'
 import type { AddressInfo } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { MessageChannel } from 'node:worker_threads'
-import { insertsRunning } from './helpers/database.ts'
+import { holdPlantsLock, insertsRunning } from './helpers/database.ts'
 import { type ReceivedSpan, startOtlpReceiver } from './helpers/otlp-receiver.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
@@ -91,13 +91,14 @@ describe('spans over OTLP/HTTP', () => {
     assert.equal(sdkLoaded(), true, 'with an endpoint, the SDK is loaded')
     // Both statement slots wait on a lock while the rest of the creates queue behind them, so
     // that the next statement carries several: sent together, they share it whatever the timing.
-    let sending: Promise<Awaited<ReturnType<typeof create>>[]> = Promise.resolve([])
-    await s.db.sql.begin(async (tx) => {
-      await tx`lock table plants in share row exclusive mode`
-      sending = Promise.all(Array.from({ length: 40 }, () => create(s, true)))
+    const release = await holdPlantsLock(s.db.sql)
+    const sending = Promise.all(Array.from({ length: 40 }, () => create(s, true)))
+    try {
       await within(5000, async () => (await insertsRunning(s.db.sql, 'Lock')) >= 2)
       await within(5000, () => s.store.load().queued >= 2)
-    })
+    } finally {
+      await release()
+    }
     const sampled = await sending
     const refused = await create(s, true, { name: '' })
     const unauthenticated = await create(s, true, { id: uniqueId(), name: 'x' }, 'not-a-token')

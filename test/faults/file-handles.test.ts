@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
+import { readdirSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
-import { startServiceProcess, tokenFor } from '../helpers/process.ts'
+import { socketsTo, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { createRequest, exchange, openSocket } from '../helpers/raw-http.ts'
 import { sleep, within } from '../helpers/wait.ts'
 
@@ -22,38 +22,6 @@ async function create(socket: Socket, token: string, id: number): Promise<Answer
     createRequest(JSON.stringify({ id, name: 'handles' }), `Authorization: Bearer ${token}\r\n`),
   )
   return { status: res.status, retryAfter: res.headers['retry-after'], body: res.body }
-}
-
-/**
- * The inodes of `pid`'s open TCP sockets whose peer is on `port`: its file handles that are
- * sockets (`/proc/PID/fd`), matched against its network namespace's tables (`/proc/PID/net`).
- */
-function databaseSockets(pid: number, port: number): Set<string> {
-  const owned = new Set<string>()
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    const target = (() => {
-      try {
-        return readlinkSync(`/proc/${pid}/fd/${fd}`)
-      } catch {
-        return '' // closed since the listing
-      }
-    })()
-    const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1]
-    if (inode !== undefined) owned.add(inode)
-  }
-  const found = new Set<string>()
-  for (const table of ['tcp', 'tcp6']) {
-    for (const line of readFileSync(`/proc/${pid}/net/${table}`, 'utf8').split('\n').slice(1)) {
-      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-      const fields = line.trim().split(/\s+/)
-      const remote = fields[2]?.split(':')[1]
-      const inode = fields[9]
-      if (remote && inode && Number.parseInt(remote, 16) === port && owned.has(inode)) {
-        found.add(inode)
-      }
-    }
-  }
-  return found
 }
 
 describe('out of file handles', () => {
@@ -104,7 +72,7 @@ describe('out of file handles', () => {
     // (Its statement slots connect only for a create; its LISTEN session reconnects at once,
     // and may take a handle before ours do: it carries no create.)
     const databasePort = Number(new URL(db.url).port || 5432)
-    const toDatabase = databaseSockets(pid, databasePort)
+    const toDatabase = socketsTo(pid, databasePort, { anyState: true })
     assert.ok(toDatabase.size > 0, 'the service holds connections to the database')
     const ended = await db.sql<{ pid: number }[]>`
       select pid, pg_terminate_backend(pid) from pg_stat_activity
@@ -117,7 +85,7 @@ describe('out of file handles', () => {
     })
     await within(10_000, async () => {
       for (let i = 0; i < 40 && free() > 0; i++) flood.push(await openSocket(service.base))
-      const open = databaseSockets(pid, databasePort)
+      const open = socketsTo(pid, databasePort, { anyState: true })
       if ([...toDatabase].some((inode) => open.has(inode))) return false
       for (let waited = 0; waited < 500; waited += 50) {
         if (free() > 0) return false
@@ -169,7 +137,7 @@ describe('out of file handles', () => {
     const said = () =>
       JSON.stringify({
         took: took.map(Math.round),
-        toDatabaseNow: [...databaseSockets(pid, databasePort)],
+        toDatabaseNow: [...socketsTo(pid, databasePort, { anyState: true })],
         endedSockets: [...toDatabase],
         free: free(),
         logged: service.lines

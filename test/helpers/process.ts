@@ -102,10 +102,11 @@ export async function tokenFor(
 }
 
 /**
- * The TCP connections a process holds, established, to `port` on this machine (Linux: its file
- * descriptors' sockets, looked up in /proc/net/tcp and tcp6).
+ * The TCP sockets a process holds to `port` on this machine, by inode (Linux: its file
+ * descriptors' sockets, looked up in /proc/net/tcp and tcp6): those established, or with
+ * `anyState` every one it has not closed yet (one whose peer has ended it, say).
  */
-export function connectionsTo(pid: number, port: number): number {
+export function socketsTo(pid: number, port: number, { anyState = false } = {}): Set<string> {
   const inodes = new Set<string>()
   for (const fd of readdirSync(`/proc/${pid}/fd`)) {
     try {
@@ -115,16 +116,22 @@ export function connectionsTo(pid: number, port: number): number {
       // closed meanwhile
     }
   }
-  let count = 0
+  const found = new Set<string>()
   for (const table of ['tcp', 'tcp6']) {
     for (const line of readFileSync(`/proc/${pid}/net/${table}`, 'utf8').split('\n').slice(1)) {
       const f = line.trim().split(/\s+/)
       // local_address rem_address st … inode (the tenth field)
       const remotePort = Number.parseInt(f[2]?.split(':')[1] ?? '', 16)
-      if (f[3] === '01' && remotePort === port && inodes.has(f[9] ?? '')) count++
+      const inode = f[9] ?? ''
+      if ((anyState || f[3] === '01') && remotePort === port && inodes.has(inode)) found.add(inode)
     }
   }
-  return count
+  return found
+}
+
+/** The TCP connections a process holds, established, to `port` on this machine. */
+export function connectionsTo(pid: number, port: number): number {
+  return socketsTo(pid, port).size
 }
 
 /** Whether process `pid` runs (signal 0 reaches it). */
