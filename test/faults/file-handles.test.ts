@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { readdirSync } from 'node:fs'
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
 import { socketsTo, startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { createRequest, exchange, openSocket } from '../helpers/raw-http.ts'
-import { sleep, within } from '../helpers/wait.ts'
+import { within } from '../helpers/wait.ts'
 
 // README, Limits: out of file handles (EMFILE) opening a database connection holds a create and
 // sends it again until its deadline, then 503 / 50301 with Retry-After: 1, never 500; the
@@ -41,39 +41,47 @@ describe('out of file handles', () => {
     after(() => second.destroy())
     assert.equal((await create(client, token, 1)).status, 200)
 
-    // The process may open 8 more files; connections of our own take them. A file it opens gets
-    // the lowest free number, and fails (EMFILE) only when every number below the limit is taken:
-    // with a file open above the limit (the process has one), a count of open files at the
-    // limit can leave a number below it free.
-    const handles = () => readdirSync(`/proc/${pid}/fd`).map(Number)
-    const limit = handles().length + 8
-    const free = () => {
-      const open = new Set(handles())
-      let n = 0
-      for (let fd = 0; fd < limit; fd++) if (!open.has(fd)) n++
-      return n
-    }
-    const set = spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${limit}:${limit}`])
-    assert.equal(set.status, 0, set.stderr?.toString())
-    const flood: Socket[] = []
-    after(() => {
-      for (const s of flood) s.destroy()
-    })
-    for (let i = 0; i < 40; i++) flood.push(await openSocket(service.base))
-    await within(5000, async () => free() === 0)
-
-    // The database ends the service's sessions, which frees their handles; connections of our
-    // own take those too, so every connection the service opens again meets EMFILE. A session's
-    // end may reach the service late (through a container's proxy, say) and free a handle after
-    // our connections took the others: so ours are added until every socket the service held to
-    // the database (noted here, by inode) is closed and it has held no handle free for half a
-    // second. Half a second alone is no proof on a busy machine: a socket closed only when a
-    // create meets it frees a handle for that create's new connection, which then stores it.
-    // (Its statement slots connect only for a create; its LISTEN session reconnects at once,
-    // and may take a handle before ours do: it carries no create.)
+    // Out of handles for certain: a file the process opens gets the lowest free number, and
+    // fails (EMFILE) when every number below its limit is taken. So the limit is set to the
+    // lowest number it holds a database socket on (or its first free number, if lower): every
+    // number below it is taken by what the process keeps for its life (standard streams, the
+    // event loop's own, the listening socket), and whatever it closes from then on (the
+    // database's sockets, connections) frees a number at or above the limit, which it cannot
+    // use. Nothing a connection of ours does, and no timing, can give it a handle back.
     const databasePort = Number(new URL(db.url).port || 5432)
     const toDatabase = socketsTo(pid, databasePort, { anyState: true })
     assert.ok(toDatabase.size > 0, 'the service holds connections to the database')
+    const fdTable = () =>
+      readdirSync(`/proc/${pid}/fd`)
+        .map(Number)
+        .sort((a, b) => a - b)
+        .map((fd) => {
+          try {
+            return { fd, target: readlinkSync(`/proc/${pid}/fd/${fd}`) }
+          } catch {
+            return { fd, target: 'closed' }
+          }
+        })
+    const before = fdTable()
+    const open = new Set(before.map((f) => f.fd))
+    let firstFree = 0
+    while (open.has(firstFree)) firstFree++
+    const databaseFds = before
+      .filter((f) => toDatabase.has(/^socket:\[(\d+)\]$/.exec(f.target)?.[1] ?? ''))
+      .map((f) => f.fd)
+    const limit = Math.min(firstFree, ...databaseFds)
+    const kept = before.filter((f) => f.fd < limit)
+    // Its soft limit only: the hard one stays, so that it can be raised again.
+    const [, soft = '', hard = ''] =
+      /Max open files\s+(\d+)\s+(\d+)/.exec(readFileSync(`/proc/${pid}/limits`, 'utf8')) ?? []
+    const setLimit = (n: number | string) => {
+      const set = spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${n}:${hard}`])
+      assert.equal(set.status, 0, set.stderr?.toString())
+    }
+    setLimit(limit)
+    after(() => spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${soft}:${hard}`]))
+
+    // The database ends the service's sessions; the creates must connect again, and cannot.
     const ended = await db.sql<{ pid: number }[]>`
       select pid, pg_terminate_backend(pid) from pg_stat_activity
       where datname = current_database() and pid <> pg_backend_pid()`
@@ -83,43 +91,21 @@ describe('out of file handles', () => {
         where pid = any(${ended.map((r) => r.pid)}::int[])`
       return left?.n === 0
     })
+    // The service has closed its sockets of the ended sessions (so a create meets none of them
+    // alive), and holds no number below the limit but those it held before.
     await within(10_000, async () => {
-      for (let i = 0; i < 40 && free() > 0; i++) flood.push(await openSocket(service.base))
-      const open = socketsTo(pid, databasePort, { anyState: true })
-      if ([...toDatabase].some((inode) => open.has(inode))) return false
-      for (let waited = 0; waited < 500; waited += 50) {
-        if (free() > 0) return false
-        await sleep(50)
-      }
-      return true
+      const now = socketsTo(pid, databasePort, { anyState: true })
+      return ![...toDatabase].some((inode) => now.has(inode))
     })
-    // The creates are held for their whole deadline, sent at once on two connections; a handle
-    // freed meanwhile is taken again at once, so that none reaches them. The service closes a
-    // connection on which nothing moved for 10 s, or idle 5 s after an answer: on a busy machine
-    // the set-up above can take long enough for that, so each of ours asks for /healthz every
-    // 2 s (an answer opens no file), and the two that carry the creates just before them.
-    // (A connection the service has not accepted yet gets no answer: a ping waits 1 s at most.)
-    const ping = (socket: Socket) =>
-      Promise.race([
-        exchange(socket, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n').catch(() => undefined),
-        sleep(1000),
-      ])
-    let cornering = true
-    const keepCornered = (async () => {
-      let pinged = performance.now()
-      while (cornering) {
-        for (let i = 0; i < 40 && free() > 0; i++) {
-          const socket = await openSocket(service.base).catch(() => undefined)
-          if (socket) flood.push(socket)
-        }
-        if (performance.now() - pinged > 2000) {
-          pinged = performance.now()
-          // Not awaited: the loop goes on taking freed handles meanwhile.
-          for (const socket of flood) void ping(socket)
-        }
-        await sleep(2)
-      }
-    })()
+    const below = () => fdTable().filter((f) => f.fd < limit)
+    assert.deepEqual(
+      below(),
+      kept,
+      `no handle below the limit freed: ${JSON.stringify({ limit, before, now: fdTable() })}`,
+    )
+    // The service closes a connection idle 5 s after an answer: ours ask for /healthz (an answer
+    // opens no file) just before the creates.
+    const ping = (socket: Socket) => exchange(socket, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
     await Promise.all([client, second].map(ping))
     const timed = async (socket: Socket, id: number) => {
       const started = performance.now()
@@ -129,17 +115,14 @@ describe('out of file handles', () => {
     const both = await Promise.all([timed(client, 2), timed(second, 3)])
     const answers = both.map((b) => b.answer)
     const took = both.map((b) => b.ms)
-    cornering = false
-    await keepCornered
-    // What a failure needs to be understood (it has failed now and then in whole runs, the
-    // creates stored after about 1.5 s held, cause not yet found): when each answer came, the
-    // service's sockets to the database now, its free handles, and what it logged but requests.
+    // What a failure needs to be understood: when each answer came, the numbers below the
+    // limit then and before, and what the service logged but requests.
     const said = () =>
       JSON.stringify({
         took: took.map(Math.round),
-        toDatabaseNow: [...socketsTo(pid, databasePort, { anyState: true })],
-        endedSockets: [...toDatabase],
-        free: free(),
+        limit,
+        before: kept,
+        now: below(),
         logged: service.lines
           .filter((l) => l.message !== 'request' || l.path === '/plants')
           .map((l) => `${l.time} ${l.level} ${l.message} ${l.error ?? l.status ?? ''}`),
@@ -162,8 +145,8 @@ describe('out of file handles', () => {
       'the log names EMFILE',
     )
 
-    // Handles free again: creates succeed within 5 s.
-    for (const s of flood) s.destroy()
+    // Handles free again (its limit as it was): creates succeed within 5 s.
+    setLimit(soft)
     let id = 100
     await within(5000, async () => (await create(client, token, id++)).status === 200)
     assert.equal(service.child.exitCode, null, 'the service is still running')
