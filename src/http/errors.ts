@@ -96,7 +96,9 @@ export function answerOf(
 ): UnavailableAnswer {
   if (outcome.kind === 'fault') throw outcome.error
   return {
-    ...failure(50301, message),
+    kind: 'failure',
+    code: 50301,
+    message,
     unavailable: { reason: outcome.reason, detail: outcome.detail },
   }
 }
