@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { createTestDatabase } from './helpers/database.ts'
 import { driveCreates, underWay } from './helpers/drive.ts'
-import { serviceEnv, tokenFor } from './helpers/process.ts'
+import { startServiceProcess, tokenFor } from './helpers/process.ts'
 import { sleep } from './helpers/wait.ts'
 
 // A create's objects are young garbage once it is answered. Two object spreads made for every
@@ -15,31 +14,22 @@ import { sleep } from './helpers/wait.ts'
 describe('the objects of a create, in the service as npm start runs it, against a real PostgreSQL', () => {
   test('under steady load the service promotes under 64 bytes a create to the old generation', async () => {
     const db = await createTestDatabase({ after })
-    const child = spawn(process.execPath, ['--trace-gc-nvp', '--import', 'tsx', 'src/main.ts'], {
-      env: serviceEnv({ DATABASE_URL: db.url }),
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
-    after(() => child.kill('SIGKILL'))
-    // Standard output carries the log (JSON lines) and V8's trace of each collection; each
-    // scavenge's line is kept with whether it came while the counted creates ran.
+    // Standard output carries the log and V8's trace of each collection; each scavenge's line is
+    // kept if it came while the counted creates ran.
     let counting = false
     const promoted: number[] = []
-    let buffered = ''
-    const base = await new Promise<string>((resolve, reject) => {
-      child.stdout.on('data', (c: Buffer) => {
-        buffered += c.toString()
-        const complete = buffered.split('\n')
-        buffered = complete.pop() ?? ''
-        for (const line of complete) {
-          if (line.startsWith('{')) {
-            const parsed = JSON.parse(line) as { message?: string; url?: string }
-            if (parsed.message === 'listening') resolve(String(parsed.url))
-          } else if (counting && / gc=s /.test(line))
+    const { base } = await startServiceProcess(
+      'node',
+      { DATABASE_URL: db.url },
+      { after },
+      {
+        nodeFlags: ['--trace-gc-nvp'],
+        otherLine: (line) => {
+          if (counting && / gc=s /.test(line))
             promoted.push(Number(/ promoted=(\d+)/.exec(line)?.[1] ?? Number.NaN))
-        }
-      })
-      child.on('exit', (code) => reject(new Error(`the service exited with ${code}`)))
-    })
+        },
+      },
+    )
     const token = await tokenFor(db.sql, base, 'gc')
     const drive = driveCreates(base, token, { concurrency: 8, pauseMs: 0 })
     after(() => drive.stop())

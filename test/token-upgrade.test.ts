@@ -41,7 +41,7 @@ describe('upgrading to tokens with a lifetime, on a live database', () => {
     const dir = await oldCheckout()
     const db = await createTestDatabase({ after }, { migrated: false })
     const env = { DATABASE_URL: db.url }
-    const old = await startServiceProcess('node', env, { after }, dir)
+    const old = await startServiceProcess('node', env, { after }, { cwd: dir })
     const made = await runMain(['token', 'create', 'legacy'], env, 'node', dir)
     assert.equal(made.code, 0, made.stderr)
     const legacy = made.stdout.trim()

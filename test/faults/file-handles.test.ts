@@ -1,11 +1,17 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { limits } from '../../src/limits.ts'
 import { createTestDatabase } from '../helpers/database.ts'
-import { socketsTo, startServiceProcess, tokenFor } from '../helpers/process.ts'
+import {
+  openFiles,
+  socketInode,
+  socketsTo,
+  startServiceProcess,
+  tokenFor,
+} from '../helpers/process.ts'
 import { createRequest, exchange, openSocket } from '../helpers/raw-http.ts'
 import { within } from '../helpers/wait.ts'
 
@@ -51,23 +57,13 @@ describe('out of file handles', () => {
     const databasePort = Number(new URL(db.url).port || 5432)
     const toDatabase = socketsTo(pid, databasePort, { anyState: true })
     assert.ok(toDatabase.size > 0, 'the service holds connections to the database')
-    const fdTable = () =>
-      readdirSync(`/proc/${pid}/fd`)
-        .map(Number)
-        .sort((a, b) => a - b)
-        .map((fd) => {
-          try {
-            return { fd, target: readlinkSync(`/proc/${pid}/fd/${fd}`) }
-          } catch {
-            return { fd, target: 'closed' }
-          }
-        })
+    const fdTable = () => openFiles(pid)
     const before = fdTable()
     const open = new Set(before.map((f) => f.fd))
     let firstFree = 0
     while (open.has(firstFree)) firstFree++
     const databaseFds = before
-      .filter((f) => toDatabase.has(/^socket:\[(\d+)\]$/.exec(f.target)?.[1] ?? ''))
+      .filter((f) => toDatabase.has(socketInode(f.target) ?? ''))
       .map((f) => f.fd)
     const limit = Math.min(firstFree, ...databaseFds)
     const kept = before.filter((f) => f.fd < limit)

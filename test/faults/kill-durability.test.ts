@@ -73,7 +73,7 @@ describe('durability under kill -9', () => {
 
   test('with the embedded database: its PostgreSQL stops within seconds of the SIGKILL, and nothing acknowledged is lost', async () => {
     const { dir, ...tmp } = await projectCopy()
-    const first = await startServiceProcess('node', {}, tmp, dir)
+    const first = await startServiceProcess('node', {}, tmp, { cwd: dir })
     const token = (await readFile(join(dir, '.data', 'dev-token'), 'utf8')).trim()
     const drive = driveCreates(first.base, token, { concurrency: 32, untilError: true })
     await underWay(drive)
@@ -87,7 +87,7 @@ describe('durability under kill -9', () => {
     // Its watch stops the embedded PostgreSQL (fast shutdown) once the service is gone.
     await within(10_000, async () => !isRunning(postmaster))
 
-    const second = await startServiceProcess('node', {}, tmp, dir)
+    const second = await startServiceProcess('node', {}, tmp, { cwd: dir })
     const port = (await readFile(join(dir, '.data', 'postgres', 'postmaster.pid'), 'utf8')).split(
       '\n',
     )[3]

@@ -47,10 +47,24 @@ export async function startServiceProcess(
   runtime: keyof typeof commands,
   env: Record<string, string>,
   cleanup: { after: (fn: () => unknown) => void },
-  cwd = projectDir,
+  {
+    cwd = projectDir,
+    nodeFlags = [],
+    otherLine,
+  }: {
+    /** The checkout to run (another one's, to compare with). */
+    cwd?: string
+    /** Flags for Node itself, before the script (`--trace-gc-nvp`, say). */
+    nodeFlags?: readonly string[]
+    /**
+     * Hears each line of standard output that is not a log line (V8's trace, say); without it
+     * such a line fails the start, as the log must be JSON alone.
+     */
+    otherLine?: (line: string) => void
+  } = {},
 ): Promise<ServiceProcess> {
-  const [command, ...args] = commands[runtime]
-  const child = spawn(command, args, {
+  const [command, ...script] = commands[runtime]
+  const child = spawn(command, [...nodeFlags, ...script], {
     cwd,
     env: serviceEnv(env),
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -65,6 +79,10 @@ export async function startServiceProcess(
       const complete = buffered.split('\n')
       buffered = complete.pop() ?? ''
       for (const line of complete) {
+        if (otherLine !== undefined && !line.startsWith('{')) {
+          otherLine(line)
+          continue
+        }
         const parsed = JSON.parse(line) as Record<string, unknown>
         lines.push(parsed)
         const message = String(parsed.message)
@@ -101,6 +119,25 @@ export async function tokenFor(
   return token
 }
 
+/** The files process `pid` holds open (Linux: /proc/PID/fd), by number, each with its target. */
+export function openFiles(pid: number): { fd: number; target: string }[] {
+  return readdirSync(`/proc/${pid}/fd`)
+    .map(Number)
+    .sort((a, b) => a - b)
+    .map((fd) => {
+      try {
+        return { fd, target: readlinkSync(`/proc/${pid}/fd/${fd}`) }
+      } catch {
+        return { fd, target: 'closed' } // closed meanwhile
+      }
+    })
+}
+
+/** The inode of an open file's target (`openFiles`) when it is a socket. */
+export function socketInode(target: string): string | undefined {
+  return /^socket:\[(\d+)\]$/.exec(target)?.[1]
+}
+
 /**
  * The TCP sockets a process holds to `port` on this machine, by inode (Linux: its file
  * descriptors' sockets, looked up in /proc/net/tcp and tcp6): those established, or with
@@ -108,13 +145,9 @@ export async function tokenFor(
  */
 export function socketsTo(pid: number, port: number, { anyState = false } = {}): Set<string> {
   const inodes = new Set<string>()
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    try {
-      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))
-      if (m?.[1]) inodes.add(m[1])
-    } catch {
-      // closed meanwhile
-    }
+  for (const { target } of openFiles(pid)) {
+    const inode = socketInode(target)
+    if (inode !== undefined) inodes.add(inode)
   }
   const found = new Set<string>()
   for (const table of ['tcp', 'tcp6']) {
