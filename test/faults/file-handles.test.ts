@@ -57,8 +57,7 @@ describe('out of file handles', () => {
     const databasePort = Number(new URL(db.url).port || 5432)
     const toDatabase = socketsTo(pid, databasePort, { anyState: true })
     assert.ok(toDatabase.size > 0, 'the service holds connections to the database')
-    const fdTable = () => openFiles(pid)
-    const before = fdTable()
+    const before = openFiles(pid)
     const open = new Set(before.map((f) => f.fd))
     let firstFree = 0
     while (open.has(firstFree)) firstFree++
@@ -93,11 +92,11 @@ describe('out of file handles', () => {
       const now = socketsTo(pid, databasePort, { anyState: true })
       return ![...toDatabase].some((inode) => now.has(inode))
     })
-    const below = () => fdTable().filter((f) => f.fd < limit)
+    const below = () => openFiles(pid).filter((f) => f.fd < limit)
     assert.deepEqual(
       below(),
       kept,
-      `no handle below the limit freed: ${JSON.stringify({ limit, before, now: fdTable() })}`,
+      `no handle below the limit freed: ${JSON.stringify({ limit, before, now: openFiles(pid) })}`,
     )
     // The service closes a connection idle 5 s after an answer: ours ask for /healthz (an answer
     // opens no file) just before the creates.

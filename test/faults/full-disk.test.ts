@@ -389,10 +389,8 @@ describe("the service's own disk", { concurrency: 1 }, () => {
 })
 
 /** What the service's metrics count as log lines dropped so far. */
-const droppedLines = async (url: string) => {
-  const metrics = await (await fetch(`${url}/metrics`)).text()
-  return Number(/^plant_store_log_lines_dropped_total (\d+)$/m.exec(metrics)?.[1])
-}
+const droppedLines = async (url: string) =>
+  Number(/^plant_store_log_lines_dropped_total (\d+)$/m.exec(await metricsOf(url))?.[1])
 
 /** Where whole lines begin: after a fragment the full disk cut, if the first line is one. */
 const line0 = (lines: string[]) => {
