@@ -32,12 +32,25 @@ export type OpenLoopResult = {
   /** The p99 and the longest latency of the requests due in the measured window's first second. */
   readonly firstSecondP99: number
   readonly firstSecondMax: number
+  /**
+   * The measured window's slowest hundredth (its p99 and above), and how many of them were due
+   * in its first two seconds: at a uniform rate a tenth of it would be, over 20 s.
+   */
+  readonly slowest: number
+  readonly slowestInFirstTwoSeconds: number
 }
 
 /** The figures pgbench's per-transaction log gives as well: what runs of either are compared by. */
 export type LatencyFigures = Omit<
   OpenLoopResult,
-  'waitedForConnection' | 'lagMax' | 'cpuSeconds' | 'lastId' | 'firstSecondP99' | 'firstSecondMax'
+  | 'waitedForConnection'
+  | 'lagMax'
+  | 'cpuSeconds'
+  | 'lastId'
+  | 'firstSecondP99'
+  | 'firstSecondMax'
+  | 'slowest'
+  | 'slowestInFirstTwoSeconds'
 >
 
 const source = join(root, 'bench', 'open-loop.c')

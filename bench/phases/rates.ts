@@ -186,7 +186,7 @@ export async function ratesPhase(
       await stop(instance)
       fresh.push({ name: kind.name, first, steady })
       say(
-        `fresh ${kind.name} ${run}: first ${freshSeconds} s at ${freshRate} /s after /readyz said 200: p99 ${f(first.p99, 6, 2)} p99.9 ${f(first.p999, 6, 2)} max ${f(first.max, 7, 2)} (first second: p99 ${f(first.firstSecondP99, 6, 2)} max ${f(first.firstSecondMax, 7, 2)}); the same instance after: p99 ${f(steady.p99, 6, 2)} p99.9 ${f(steady.p999, 6, 2)}; first/steady p99 ${f(first.p99 / steady.p99, 4, 2)} p99.9 ${f(first.p999 / steady.p999, 4, 2)}`,
+        `fresh ${kind.name} ${run}: first ${freshSeconds} s at ${freshRate} /s after /readyz said 200: p99 ${f(first.p99, 6, 2)} p99.9 ${f(first.p999, 6, 2)} max ${f(first.max, 7, 2)} (first second: p99 ${f(first.firstSecondP99, 6, 2)} max ${f(first.firstSecondMax, 7, 2)}; of the slowest hundredth, ${first.slowestInFirstTwoSeconds} of ${first.slowest} due in the first 2 s); the same instance after: p99 ${f(steady.p99, 6, 2)} p99.9 ${f(steady.p999, 6, 2)}; first/steady p99 ${f(first.p99 / steady.p99, 4, 2)} p99.9 ${f(first.p999 / steady.p999, 4, 2)}`,
       )
     }
   const freshRatios = Object.fromEntries(
@@ -198,13 +198,16 @@ export async function ratesPhase(
           p99: median(runs.map((x) => x.first.p99 / x.steady.p99)),
           p999: median(runs.map((x) => x.first.p999 / x.steady.p999)),
           firstSecondP99: median(runs.map((x) => x.first.firstSecondP99)),
+          slowestEarly: median(
+            runs.map((x) => x.first.slowestInFirstTwoSeconds / Math.max(1, x.first.slowest)),
+          ),
         },
       ]
     }),
   )
   for (const [name, r] of Object.entries(freshRatios))
     say(
-      `fresh ${name} medians: first/steady p99 ${r.p99.toFixed(2)}, p99.9 ${r.p999.toFixed(2)}; first second's p99 ${r.firstSecondP99.toFixed(2)} ms`,
+      `fresh ${name} medians: first/steady p99 ${r.p99.toFixed(2)}, p99.9 ${r.p999.toFixed(2)}; first second's p99 ${r.firstSecondP99.toFixed(2)} ms; ${Math.round(r.slowestEarly * 100)} % of the first run's slowest hundredth due in its first 2 s`,
     )
   return { peakRps, summary, fresh, freshRatios }
 }
