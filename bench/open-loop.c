@@ -304,7 +304,7 @@ int main(int argc, char **argv) {
          "\"slowestInFirstTwoSeconds\":%zu}\n",
          rate, (long long)sent, (long long)answered, nlat, (long long)status200,
          (long long)status503, (long long)status_other, (long long)errors, (long long)waited,
-         pct(lat, nlat, 0.5), pct(lat, nlat, 0.9), pct(lat, nlat, 0.99), pct(lat, nlat, 0.999),
+         pct(lat, nlat, 0.5), pct(lat, nlat, 0.9), p99, pct(lat, nlat, 0.999),
          nlat ? lat[nlat - 1] : 0, pct(lag, nlag, 0.5), pct(lag, nlag, 0.99),
          nlag ? lag[nlag - 1] : 0, cpu, (long long)(next_id - 1), pct(first_lat, nfirst, 0.99),
          nfirst ? first_lat[nfirst - 1] : 0, slowest, slowest_early);
