@@ -291,9 +291,11 @@ int main(int argc, char **argv) {
   qsort(lat, nlat, sizeof(double), cmp);
   qsort(lag, nlag, sizeof(double), cmp);
   qsort(first_lat, nfirst, sizeof(double), cmp);
-  // The slowest hundredth of the window: the latencies from its p99 up (as pct() picks it).
+  // The slowest hundredth of the window: the latencies at or above its p99, counted by the same
+  // test among all of them and among the first two seconds' (ties with the p99 in both).
   double p99 = pct(lat, nlat, 0.99);
-  size_t slowest = nlat - (size_t)(0.99 * (double)nlat), slowest_early = 0;
+  size_t slowest = 0, slowest_early = 0;
+  while (slowest < nlat && lat[nlat - 1 - slowest] >= p99) slowest++;
   for (size_t i = 0; i < nearly; i++)
     if (early_lat[i] >= p99) slowest_early++;
   printf("{\"rate\":%.1f,\"sent\":%lld,\"answered\":%lld,\"measured\":%zu,\"ok\":%lld,"
