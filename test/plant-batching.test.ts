@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
+import type { Sql } from 'postgres'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { limits as contractLimits } from '../src/limits.ts'
-import type { CreateOutcome } from '../src/plants/batch-sql.ts'
+import { type CreateOutcome, storeBatch } from '../src/plants/batch-sql.ts'
 import type { BatchLimits } from '../src/plants/batcher.ts'
 import type { NewPlant } from '../src/plants/schema.ts'
 import { batchOnSlots } from '../src/plants/slot-batching.ts'
@@ -119,6 +120,40 @@ describe('batched creates: one statement, each request its own outcome', () => {
     assert.deepEqual(
       rows.map((r) => r.name),
       ['also good', 'good'],
+    )
+  })
+
+  test('a stored plant deleted between the insert and the read of stored rows is created again on its own', async () => {
+    const [gone, fresh] = [BigInt(uniqueId()), BigInt(uniqueId())]
+    await db.sql`insert into plants (id, name, created_by) values (${String(gone)}, 'Fern', 'batch-test')`
+    // The insert meets the stored row and leaves it; it is deleted before the read of stored rows.
+    const send = db.sql as unknown as (s: TemplateStringsArray, ...v: unknown[]) => Promise<unknown>
+    let deleted = false
+    const sql = ((strings: TemplateStringsArray, ...values: unknown[]) => {
+      if (deleted || !strings[0]?.includes('select id::text')) return send(strings, ...values)
+      deleted = true
+      return db.sql`delete from plants where id = ${String(gone)}`.then(() =>
+        send(strings, ...values),
+      )
+    }) as unknown as Sql
+    const outcomes = await storeBatch(
+      sql,
+      [
+        { plant: plant(gone, 'Fern'), createdBy: 'batch-test' },
+        { plant: plant(fresh, 'Moss'), createdBy: 'batch-test' },
+      ],
+      { shape: 'unnest' },
+    )
+    assert.ok(deleted, 'the stored row was read for, after its delete')
+    assert.deepEqual(outcomes, [
+      { kind: 'created', plant: { name: 'Fern' } },
+      { kind: 'created', plant: { name: 'Moss' } },
+    ])
+    const rows =
+      await db.sql`select name from plants where id in (${String(gone)}, ${String(fresh)}) order by name`
+    assert.deepEqual(
+      rows.map((r) => r.name),
+      ['Fern', 'Moss'],
     )
   })
 

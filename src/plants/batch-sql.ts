@@ -159,10 +159,12 @@ export async function storeBatch(
   path: BatchPath,
 ): Promise<(StoredOutcome | Error)[]> {
   const { shape, placementOf } = path
+  // Each id's text once: the key of every map below, and what the statement sends.
+  const keys = batch.map((row) => row.plant.id.toString())
   const first = new Map<string, NewRow>()
-  for (const row of batch) {
-    const key = row.plant.id.toString()
-    if (!first.has(key)) first.set(key, row)
+  for (let i = 0; i < batch.length; i++) {
+    const key = keys[i] as string
+    if (!first.has(key)) first.set(key, batch[i] as NewRow)
   }
   const unique = [...first.values()]
   let failed = new Map<string, Error>()
@@ -173,31 +175,40 @@ export async function storeBatch(
     failed = routed.failed
   } else if (shape === 'values') inserted = await insertValues(sql, unique)
   else inserted = await insertUnnest(sql, unique)
-  const created = new Set(inserted.map((r) => r.id))
+  const created = new Set<string>()
+  for (const row of inserted) created.add(row.id)
   const stored = new Map<string, Stored>()
+  const existing: string[] = []
   for (const [key, r] of first) {
     if (created.has(key)) stored.set(key, { name: r.plant.name, tag: r.plant.tag ?? null })
+    else if (!failed.has(key)) existing.push(key)
   }
-  const existing = [...first.keys()].filter((key) => !created.has(key) && !failed.has(key))
   if (existing.length > 0) {
     const rows = await selectStored(sql, existing)
     for (const row of rows) stored.set(row.id, { name: row.name, tag: row.tag })
   }
-  return Promise.all(
-    batch.map(async (r) => {
-      const key = r.plant.id.toString()
-      const lost = failed.get(key)
-      if (lost !== undefined) return lost
-      const row = stored.get(key)
-      // Neither inserted nor found: deleted in between; try that create again on its own.
-      if (row === undefined) {
-        const [again] = await storeBatch(sql, [r], path)
-        if (again === undefined) throw new Error('a create got no outcome')
-        return again
-      }
-      if (created.has(key) && first.get(key) === r)
-        return { kind: 'created' as const, plant: toPlant(row) }
-      return decideExisting(r.plant, row)
-    }),
-  )
+  // Each create's outcome at once; only one whose row was neither inserted nor found waits, for
+  // a statement of its own.
+  const outcomes: (StoredOutcome | Error | Promise<StoredOutcome | Error>)[] = []
+  let sentAgain = false
+  for (let i = 0; i < batch.length; i++) {
+    const r = batch[i] as NewRow
+    const key = keys[i] as string
+    const lost = failed.get(key)
+    const row = stored.get(key)
+    if (lost !== undefined) outcomes.push(lost)
+    else if (row === undefined) {
+      // Deleted in between: that create is tried again on its own.
+      sentAgain = true
+      outcomes.push(
+        storeBatch(sql, [r], path).then(([again]) => {
+          if (again === undefined) throw new Error('a create got no outcome')
+          return again
+        }),
+      )
+    } else if (created.has(key) && first.get(key) === r)
+      outcomes.push({ kind: 'created', plant: toPlant(row) })
+    else outcomes.push(decideExisting(r.plant, row))
+  }
+  return sentAgain ? Promise.all(outcomes) : (outcomes as (StoredOutcome | Error)[])
 }
