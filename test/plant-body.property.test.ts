@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import fc from 'fast-check'
+import * as v from 'valibot'
 import { isFailure } from '../src/outcome.ts'
 import { parseJsonBody } from '../src/plants/parse-json.ts'
-import { validateNewPlant } from '../src/plants/schema.ts'
+import { NewPlant, newPlantAtOnce, validateNewPlant } from '../src/plants/schema.ts'
 import { startTestServer } from './helpers/server.ts'
 
 const s = await startTestServer({ after })
@@ -98,6 +99,25 @@ describe('property: any body gets 200 or an Error-shaped 4xx, never a 5xx', () =
         }
       }),
       { seed, numRuns: 2000 },
+    )
+  })
+
+  test('the hand-written check of a body takes exactly what the schema takes, with the same output', () => {
+    fc.assert(
+      fc.property(body, (b) => {
+        const parsed = parseJsonBody(Buffer.from(b.replace('FRESH', '1')))
+        if (isFailure(parsed)) return
+        const value = parsed.value
+        const reference = v.safeParse(NewPlant, value)
+        const isObject = typeof value === 'object' && value !== null && !Array.isArray(value)
+        const atOnce = isObject ? newPlantAtOnce(value as Record<string, unknown>) : undefined
+        if (reference.success) {
+          assert.ok(isObject, b)
+          assert.deepEqual(atOnce, reference.output, b)
+          assert.deepEqual(validateNewPlant(value), reference.output, b)
+        } else assert.equal(atOnce, undefined, b)
+      }),
+      { seed, numRuns: 5000 },
     )
   })
 
