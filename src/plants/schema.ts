@@ -44,6 +44,14 @@ function isWellFormed(s: string): boolean {
   return true
 }
 
+const hasNoNul = (s: string) => !s.includes('\u0000')
+
+/** 1 to `max` code points. */
+function lengthWithin(s: string, max: number): boolean {
+  const n = codePoints(s)
+  return n >= 1 && n <= max
+}
+
 /**
  * A text member: 1 to `max` code points, well-formed Unicode, no U+0000. (JSON Schema's
  * minLength and maxLength count code points too.)
@@ -52,12 +60,9 @@ export function text(max: number) {
   return v.pipe(
     v.string('must be a string'),
     v.check(isWellFormed, 'must be well-formed Unicode (no lone surrogates)'),
-    v.check((s: string) => !s.includes('\u0000'), 'must not contain U+0000'),
+    v.check(hasNoNul, 'must not contain U+0000'),
     v.metadata({ pattern: '^[^\\u0000]*$' }),
-    v.check((s: string) => {
-      const n = codePoints(s)
-      return n >= 1 && n <= max
-    }, `must be 1 to ${max} characters`),
+    v.check((s: string) => lengthWithin(s, max), `must be 1 to ${max} characters`),
     v.metadata({ minLength: 1, maxLength: max }),
   )
 }
@@ -95,11 +100,9 @@ export const Plant = v.pipe(
 )
 export type Plant = v.InferOutput<typeof Plant>
 
-/** A text member's rules, as `text(max)` states them, checked by hand. */
+/** A text member's rules, the same predicates as `text(max)`, without Valibot's run. */
 function isText(s: unknown, max: number): s is string {
-  if (typeof s !== 'string' || s.includes('\u0000') || !isWellFormed(s)) return false
-  const n = codePoints(s)
-  return n >= 1 && n <= max
+  return typeof s === 'string' && isWellFormed(s) && hasNoNul(s) && lengthWithin(s, max)
 }
 
 /**
