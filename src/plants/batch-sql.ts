@@ -159,7 +159,7 @@ export async function storeBatch(
   path: BatchPath,
 ): Promise<(StoredOutcome | Error)[]> {
   const { shape, placementOf } = path
-  // Each id's text once: the key of every map below, and what the statement sends.
+  // Each id's text once, as the key of every map below.
   const keys = batch.map((row) => row.plant.id.toString())
   const first = new Map<string, NewRow>()
   for (let i = 0; i < batch.length; i++) {
