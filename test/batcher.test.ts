@@ -171,6 +171,70 @@ describe('createBatcher', () => {
     releaseAll()
   })
 
+  test('creates one after another set no timer each: one timer watches every deadline, one every statement for being stuck', async () => {
+    const { clock, advance } = manualClock()
+    let timersSet = 0
+    const counting = {
+      ...clock,
+      after: (ms: number, run: () => void, background?: boolean) => {
+        timersSet++
+        return clock.after(ms, run, background)
+      },
+    }
+    const store = async (items: readonly number[]) => items.map((i) => i * 10)
+    const b = createBatcher(
+      store,
+      { maxBatch: 10, maxInFlight: 2, maxQueued: 10 },
+      { stuckAfterMs: 1000 },
+      counting,
+    )
+    for (let i = 1; i <= 100; i++) {
+      assert.equal(await b.submit(i, clock.now() + 6000), i * 10)
+      await advance(5)
+    }
+    assert.ok(timersSet <= 4, `${timersSet} timers set for 100 creates`)
+  })
+
+  test('a statement unanswered for stuckAfterMs is reported stuck at that moment, once, each slot by its own start', async () => {
+    const { store, releaseAll } = gatedStore()
+    const { clock, advance } = manualClock()
+    const stuck: [number, number][] = []
+    const b = createBatcher(
+      store,
+      { maxBatch: 1, maxInFlight: 2, maxQueued: 10 },
+      { stuckAfterMs: 100, stuck: (slot) => stuck.push([slot, clock.now()]) },
+      clock,
+    )
+    const reports = () => stuck.length
+    const start = clock.now()
+    const first = b.submit(1, start + 10_000)
+    await advance(30)
+    const second = b.submit(2, start + 10_000)
+    await advance(69)
+    assert.equal(reports(), 0, 'reported before stuckAfterMs')
+    await advance(1)
+    assert.equal(reports(), 1)
+    await advance(29)
+    assert.equal(reports(), 1)
+    await advance(1)
+    await advance(500)
+    assert.deepEqual(
+      stuck.map(([, at]) => at - start),
+      [100, 130],
+      'each statement reported once, at its own start + stuckAfterMs',
+    )
+    assert.notEqual(stuck[0]?.[0], stuck[1]?.[0], 'two slots')
+    releaseAll()
+    assert.deepEqual(await Promise.all([first, second]), [10, 20])
+    const third = b.submit(3, clock.now() + 10_000)
+    await advance(99)
+    assert.equal(reports(), 2, 'a new statement on a slot that was stuck starts afresh')
+    await advance(1)
+    assert.equal(reports(), 3)
+    releaseAll()
+    assert.equal(await third, 30)
+  })
+
   test('a probe still waiting for a slot at its deadline is rejected as unavailable (deadline) at that moment, and never runs', async () => {
     const { store, releaseAll } = gatedStore()
     const { clock, advance } = manualClock()

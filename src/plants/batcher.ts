@@ -1,4 +1,4 @@
-import { type Clock, sleepOn, systemClock } from '../clock.ts'
+import { type Cancel, type Clock, sleepOn, systemClock } from '../clock.ts'
 import { type ResendReason, readError, translateUnavailable } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
@@ -67,8 +67,10 @@ type Task = { readonly run: (slot: number) => Promise<void> }
 
 /**
  * The statement slots of a batcher: which are free, since when each busy one runs (`stuck` when
- * one has run `stuckAfterMs`), and each one's pause after statements in a row that failed for
- * want of a database (doubling from `limits.database.resendPause.first` up to its `most`).
+ * one has run `stuckAfterMs`, once a statement), and each one's pause after statements in a row
+ * that failed for want of a database (doubling from `limits.database.resendPause.first` up to its
+ * `most`). One timer watches every busy slot, set for the earliest statement still unreported
+ * and left to run out rather than cancelled: a statement sets no timer of its own.
  * `freed` hears of each slot given back.
  */
 function slotPool(
@@ -79,24 +81,47 @@ function slotPool(
 ) {
   const free = Array.from({ length: count }, (_, i) => count - 1 - i)
   const startedAt = new Map<number, number>()
+  // The busy slots whose statement has been reported stuck.
+  const reported = new Set<number>()
   const failedInARow = new Map<number, number>()
   const { first, most } = contractLimits.database.resendPause
+  let timerAt = Number.POSITIVE_INFINITY
+  let stopTimer: Cancel | undefined
+  const watchUntil = (at: number): void => {
+    if (at >= timerAt) return
+    stopTimer?.()
+    timerAt = at
+    // In the background: a statement in flight keeps the process alive by its connection.
+    stopTimer = clock.after(at - clock.now(), checkStuck, true)
+  }
+  function checkStuck(): void {
+    stopTimer = undefined
+    timerAt = Number.POSITIVE_INFINITY
+    const now = clock.now()
+    let next = Number.POSITIVE_INFINITY
+    for (const [slot, at] of startedAt) {
+      if (reported.has(slot)) continue
+      if (now - at >= stuckAfterMs) {
+        reported.add(slot)
+        stuck(slot)
+      } else next = Math.min(next, at + stuckAfterMs)
+    }
+    watchUntil(next)
+  }
   return {
     hasFree: () => free.length > 0,
     take: () => free.pop() as number,
     inFlight: () => count - free.length,
     /** Runs `work` on `slot`, then gives the slot back; `stuck` if it runs `stuckAfterMs`. */
     async occupy(slot: number, work: () => Promise<void>): Promise<void> {
-      startedAt.set(slot, clock.now())
-      const stopTimer =
-        stuckAfterMs === Number.POSITIVE_INFINITY
-          ? undefined
-          : clock.after(stuckAfterMs, () => stuck(slot))
+      const now = clock.now()
+      startedAt.set(slot, now)
+      if (stuckAfterMs !== Number.POSITIVE_INFINITY) watchUntil(now + stuckAfterMs)
       try {
         await work()
       } finally {
-        stopTimer?.()
         startedAt.delete(slot)
+        reported.delete(slot)
         free.push(slot)
         freed()
       }
@@ -222,7 +247,7 @@ async function runStatement<I, O>(
 ): Promise<void> {
   const { waiting, hooks } = answering
   const started = clock.now()
-  const stopWatching = waiting.watchInFlight(batch)
+  waiting.watchInFlight(batch)
   let pause = 0
   try {
     let outcomes: (O | Error)[]
@@ -243,7 +268,7 @@ async function runStatement<I, O>(
     // answers stand.
     hooks.fault(err)
   } finally {
-    stopWatching()
+    waiting.doneWith(batch)
     // The slot takes nothing more for a moment: its connection is being opened again, or the
     // server is still away; the items held may go out on another slot meanwhile.
     if (pause > 0) await sleepOn(clock, pause)

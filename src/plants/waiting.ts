@@ -62,15 +62,26 @@ export const pastDeadline = (lastReason?: ResendReason) =>
  * The items waiting for a statement, in the order of their deadlines, and every item's one
  * answer: its outcome, or unavailable at its deadline, whether it still waits or its statement
  * is in flight (the driver may stall for seconds while it reconnects). The order is a pure
- * `DeadlineQueue`; this is its timer shell, on `clock`: one timer watches the queue's oldest
- * item and one each statement in flight, rather than one per item. At most `maxQueued` wait,
- * with those of `waitingElsewhere`.
+ * `DeadlineQueue`; this is its timer shell, on `clock`: one timer for all the items, waiting or
+ * in flight, set at or before the earliest deadline among them and moved only when an item
+ * comes with an earlier one. Deadlines come in the order of arrival, so a create sets no timer
+ * of its own: the timer runs about once per deadline's length, answers what is past its
+ * deadline then, and is set again for the earliest left. At most `maxQueued` wait, with those
+ * of `waitingElsewhere`.
  */
 export class Waiting<I, O> {
   readonly #queue = createDeadlineQueue<Pending<I, O>>()
   readonly #hooks: Required<WaitingHooks>
-  #stopWatching: Cancel | undefined
-  #watchedAt = Number.POSITIVE_INFINITY
+  /** The statements in flight: their items are answered at their deadlines too. */
+  readonly #inFlight = new Set<readonly Pending<I, O>[]>()
+  /** The one timer, and when it runs: never after the earliest deadline of an item not done. */
+  #stopTimer: Cancel | undefined
+  #timerAt = Number.POSITIVE_INFINITY
+  readonly #onTimer = (): void => {
+    this.#stopTimer = undefined
+    this.#timerAt = Number.POSITIVE_INFINITY
+    this.#expireDue()
+  }
 
   readonly #maxQueued: number
   readonly #clock: Clock
@@ -100,16 +111,14 @@ export class Waiting<I, O> {
       return Promise.resolve(queueFull(this.#maxQueued))
     return new Promise<Settled<O>>((resolve) => {
       this.#queue.insert({ item, expiresAt, resolve, done: false })
-      this.#watchQueue()
+      this.#watchUntil(expiresAt)
     })
   }
 
   /** Takes up to `most` of the items waiting, the earliest deadlines first, for one statement. */
   take(most: number): Pending<I, O>[] {
     this.#dropExpired()
-    const batch = this.#queue.take(most)
-    this.#watchQueue()
-    return batch
+    return this.#queue.take(most)
   }
 
   /** Answers `p` with what the database said of it. */
@@ -148,24 +157,28 @@ export class Waiting<I, O> {
     this.#queue.merge(again)
     const room = Math.max(0, this.#maxQueued - this.#hooks.waitingElsewhere())
     for (const p of this.#queue.takeBeyond(room)) this.#refuse(p, queueFull(this.#maxQueued))
-    this.#watchQueue()
+    this.#watchUntil(this.#queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY)
   }
 
-  /** Answers each item of a statement in flight at its deadline; returns the stop. */
-  watchInFlight(batch: readonly Pending<I, O>[]): () => void {
-    let stop: Cancel | undefined
-    const check = () => {
-      const now = this.#clock.now()
-      let next = Number.POSITIVE_INFINITY
-      for (const p of batch) {
-        if (p.done) continue
-        if (p.expiresAt <= now) this.#expire(p)
-        else if (p.expiresAt < next) next = p.expiresAt
-      }
-      stop = next === Number.POSITIVE_INFINITY ? undefined : this.#clock.after(next - now, check)
+  /**
+   * Answers each item of `batch`, a statement in flight, at its deadline, until `doneWith`: those
+   * past it already at once, the others by the one timer.
+   */
+  watchInFlight(batch: readonly Pending<I, O>[]): void {
+    const now = this.#clock.now()
+    let next = Number.POSITIVE_INFINITY
+    for (const p of batch) {
+      if (p.done) continue
+      if (p.expiresAt <= now) this.#expire(p)
+      else if (p.expiresAt < next) next = p.expiresAt
     }
-    check()
-    return () => stop?.()
+    this.#inFlight.add(batch)
+    this.#watchUntil(next)
+  }
+
+  /** The statement of `batch` ended: its items are answered, or back in the queue. */
+  doneWith(batch: readonly Pending<I, O>[]): void {
+    this.#inFlight.delete(batch)
   }
 
   #end(p: Pending<I, O>, outcome: Settled<O>, how: HeldOutcome): void {
@@ -185,20 +198,31 @@ export class Waiting<I, O> {
     this.#refuse(p, pastDeadline(p.lastReason))
   }
 
-  /** Watches the queue's head: a timer at its deadline, moved when the head changes. */
-  #watchQueue(): void {
-    const at = this.#queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
-    if (at === this.#watchedAt) return
-    this.#stopWatching?.()
-    this.#stopWatching = undefined
-    this.#watchedAt = at
-    if (at === Number.POSITIVE_INFINITY) return
-    this.#stopWatching = this.#clock.after(at - this.#clock.now(), () => {
-      this.#stopWatching = undefined
-      this.#watchedAt = Number.POSITIVE_INFINITY
-      this.#dropExpired()
-      this.#watchQueue()
-    })
+  /** The timer runs at `at` at the latest: moved only to an earlier time. */
+  #watchUntil(at: number): void {
+    if (at >= this.#timerAt) return
+    this.#stopTimer?.()
+    this.#timerAt = at
+    // In the background: it may outlive the items it was set for, and an item still waiting
+    // always has what keeps the process alive (its request's connection, its statement's).
+    this.#stopTimer = this.#clock.after(at - this.#clock.now(), this.#onTimer, true)
+  }
+
+  /**
+   * Answers every item past its deadline, waiting or in flight, and sets the timer for the
+   * earliest deadline left (a timer may run a little early: that item is then still watched).
+   */
+  #expireDue(): void {
+    this.#dropExpired()
+    const now = this.#clock.now()
+    let next = this.#queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
+    for (const batch of this.#inFlight)
+      for (const p of batch) {
+        if (p.done) continue
+        if (p.expiresAt <= now) this.#expire(p)
+        else if (p.expiresAt < next) next = p.expiresAt
+      }
+    this.#watchUntil(next)
   }
 
   // The queue is in the order of deadlines, so the expired items lead it.
