@@ -239,3 +239,63 @@ describe('a batch cut by a lost connection', () => {
     )
   })
 })
+
+describe('the statements of a batch on a connection', () => {
+  test("the insert is planned once, not at each statement, and a retry's read of the stored row goes by the index after the table grew from empty", async () => {
+    const own = await createTestDatabase({ after })
+    const [slot] = openStatementSlots(own.url, quietLog, 1)
+    if (slot === undefined) throw new Error('no slot')
+    after(() => slot.end())
+    const sql = slot.forStatement()
+    const path = { shape: 'unnest' } as const
+    const row = (id: number) => ({ plant: plant(BigInt(id), `p${id}`), createdBy: 'plans' })
+    // On the empty table: ten creates, then ten retries of them (each read back).
+    for (let id = 1; id <= 10; id++) await storeBatch(sql, [row(id)], path)
+    const kinds: string[] = []
+    for (let id = 1; id <= 10; id++)
+      for (const o of await storeBatch(sql, [row(id)], path))
+        kinds.push(o instanceof Error ? o.message : o.kind)
+    assert.deepEqual(kinds, Array(10).fill('retry'))
+    const plans = async () => {
+      const rows = await sql<{ statement: string; generic: number; custom: number }[]>`
+        select statement, generic_plans::int as generic, custom_plans::int as custom
+        from pg_prepared_statements`
+      const of = (text: string) => rows.find((r) => r.statement.includes(text))
+      return { insert: of('insert into plants'), read: of('from plants where id = any') }
+    }
+    const before = await plans()
+    assert.ok(before.insert && before.read, 'both statements prepared on the connection')
+    assert.ok(
+      before.insert.generic >= 10 && before.insert.custom <= 6,
+      `the insert planned at each statement: ${JSON.stringify(before.insert)}`,
+    )
+
+    // The table grows far past what it was planned on, with no ANALYZE in between.
+    await own.sql`insert into plants (id, name, created_by)
+      select g, 'grown', 'plans' from generate_series(1000, 200999) g`
+    const scans = async () => {
+      const [r] = await own.sql<{ seq: number; idx: number }[]>`
+        select seq_scan::int as seq, coalesce(idx_scan, 0)::int as idx
+        from pg_stat_user_tables where relname = 'plants'`
+      return r ?? { seq: 0, idx: 0 }
+    }
+    await sql`select pg_stat_force_next_flush()`
+    let start = { seq: 0, idx: 0 }
+    await within(5000, async () => {
+      start = await scans()
+      return start.idx >= 10
+    })
+    const outcomes = await storeBatch(sql, [row(1000), row(5)], path)
+    assert.deepEqual(
+      outcomes.map((o) => (o instanceof Error ? o.message : o.kind)),
+      ['conflict', 'retry'],
+    )
+    await sql`select pg_stat_force_next_flush()`
+    let end = start
+    await within(5000, async () => {
+      end = await scans()
+      return end.idx > start.idx
+    })
+    assert.equal(end.seq, start.seq, 'the read of stored ids scanned the whole table')
+  })
+})
