@@ -39,3 +39,25 @@ export function sleepOn(clock: Clock, ms: number): Promise<void> {
     clock.after(ms, resolve)
   })
 }
+
+/**
+ * One timer on `clock` that runs `run` at the earliest time asked of it (`at`, on the clock's
+ * scale): asking for a later time than the one set changes nothing, an earlier one moves it.
+ * Once it has run, the next time asked sets it again. It runs in the background: what it
+ * watches keeps the process alive by other means (a request's connection, a statement's).
+ */
+export function earliestTimer(clock: Clock, run: () => void): (at: number) => void {
+  let setFor = Number.POSITIVE_INFINITY
+  let cancel: Cancel | undefined
+  const ran = () => {
+    cancel = undefined
+    setFor = Number.POSITIVE_INFINITY
+    run()
+  }
+  return (at) => {
+    if (at >= setFor) return
+    cancel?.()
+    setFor = at
+    cancel = clock.after(at - clock.now(), ran, true)
+  }
+}

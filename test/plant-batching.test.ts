@@ -3,7 +3,7 @@ import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
 import { openStatementSlots } from '../src/db/reach/slots.ts'
 import { limits as contractLimits } from '../src/limits.ts'
-import { type CreateOutcome, storeBatch } from '../src/plants/batch-sql.ts'
+import { type CreateOutcome, type StoredOutcome, storeBatch } from '../src/plants/batch-sql.ts'
 import type { BatchLimits } from '../src/plants/batcher.ts'
 import type { NewPlant } from '../src/plants/schema.ts'
 import { batchOnSlots } from '../src/plants/slot-batching.ts'
@@ -249,12 +249,12 @@ describe('the statements of a batch on a connection', () => {
     const sql = slot.forStatement()
     const path = { shape: 'unnest' } as const
     const row = (id: number) => ({ plant: plant(BigInt(id), `p${id}`), createdBy: 'plans' })
+    const kindOf = (o: StoredOutcome | Error) => (o instanceof Error ? o.message : o.kind)
     // On the empty table: ten creates, then ten retries of them (each read back).
     for (let id = 1; id <= 10; id++) await storeBatch(sql, [row(id)], path)
     const kinds: string[] = []
     for (let id = 1; id <= 10; id++)
-      for (const o of await storeBatch(sql, [row(id)], path))
-        kinds.push(o instanceof Error ? o.message : o.kind)
+      for (const o of await storeBatch(sql, [row(id)], path)) kinds.push(kindOf(o))
     assert.deepEqual(kinds, Array(10).fill('retry'))
     const plans = async () => {
       const rows = await sql<{ statement: string; generic: number; custom: number }[]>`
@@ -286,10 +286,7 @@ describe('the statements of a batch on a connection', () => {
       return start.idx >= 10
     })
     const outcomes = await storeBatch(sql, [row(1000), row(5)], path)
-    assert.deepEqual(
-      outcomes.map((o) => (o instanceof Error ? o.message : o.kind)),
-      ['conflict', 'retry'],
-    )
+    assert.deepEqual(outcomes.map(kindOf), ['conflict', 'retry'])
     await sql`select pg_stat_force_next_flush()`
     let end = start
     await within(5000, async () => {

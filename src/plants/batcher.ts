@@ -1,4 +1,4 @@
-import { type Cancel, type Clock, sleepOn, systemClock } from '../clock.ts'
+import { type Clock, earliestTimer, sleepOn, systemClock } from '../clock.ts'
 import { type ResendReason, readError, translateUnavailable } from '../db/reach/unavailable.ts'
 import { limits as contractLimits } from '../limits.ts'
 import { DatabaseUnavailable } from '../outcome.ts'
@@ -85,18 +85,8 @@ function slotPool(
   const reported = new Set<number>()
   const failedInARow = new Map<number, number>()
   const { first, most } = contractLimits.database.resendPause
-  let timerAt = Number.POSITIVE_INFINITY
-  let stopTimer: Cancel | undefined
-  const watchUntil = (at: number): void => {
-    if (at >= timerAt) return
-    stopTimer?.()
-    timerAt = at
-    // In the background: a statement in flight keeps the process alive by its connection.
-    stopTimer = clock.after(at - clock.now(), checkStuck, true)
-  }
+  const watchUntil = earliestTimer(clock, checkStuck)
   function checkStuck(): void {
-    stopTimer = undefined
-    timerAt = Number.POSITIVE_INFINITY
     const now = clock.now()
     let next = Number.POSITIVE_INFINITY
     for (const [slot, at] of startedAt) {

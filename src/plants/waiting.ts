@@ -1,4 +1,4 @@
-import { type Cancel, type Clock, systemClock } from '../clock.ts'
+import { type Clock, earliestTimer, systemClock } from '../clock.ts'
 import { outcomeOfError, type ResendReason } from '../db/reach/unavailable.ts'
 import { type Fault, type Unavailable, unavailable } from '../outcome.ts'
 import { createDeadlineQueue } from './deadline-queue.ts'
@@ -74,14 +74,8 @@ export class Waiting<I, O> {
   readonly #hooks: Required<WaitingHooks>
   /** The statements in flight: their items are answered at their deadlines too. */
   readonly #inFlight = new Set<readonly Pending<I, O>[]>()
-  /** The one timer, and when it runs: never after the earliest deadline of an item not done. */
-  #stopTimer: Cancel | undefined
-  #timerAt = Number.POSITIVE_INFINITY
-  readonly #onTimer = (): void => {
-    this.#stopTimer = undefined
-    this.#timerAt = Number.POSITIVE_INFINITY
-    this.#expireDue()
-  }
+  /** The one timer: it never runs after the earliest deadline of an item not done. */
+  readonly #watchUntil: (at: number) => void
 
   readonly #maxQueued: number
   readonly #clock: Clock
@@ -89,6 +83,7 @@ export class Waiting<I, O> {
   constructor(maxQueued: number, hooks: WaitingHooks = {}, clock: Clock = systemClock) {
     this.#maxQueued = maxQueued
     this.#clock = clock
+    this.#watchUntil = earliestTimer(clock, () => this.#expireDue())
     this.#hooks = {
       held: hooks.held ?? (() => {}),
       heldEnded: hooks.heldEnded ?? (() => {}),
@@ -165,13 +160,7 @@ export class Waiting<I, O> {
    * past it already at once, the others by the one timer.
    */
   watchInFlight(batch: readonly Pending<I, O>[]): void {
-    const now = this.#clock.now()
-    let next = Number.POSITIVE_INFINITY
-    for (const p of batch) {
-      if (p.done) continue
-      if (p.expiresAt <= now) this.#expire(p)
-      else if (p.expiresAt < next) next = p.expiresAt
-    }
+    const next = this.#expireIn(batch, this.#clock.now(), Number.POSITIVE_INFINITY)
     this.#inFlight.add(batch)
     this.#watchUntil(next)
   }
@@ -198,16 +187,6 @@ export class Waiting<I, O> {
     this.#refuse(p, pastDeadline(p.lastReason))
   }
 
-  /** The timer runs at `at` at the latest: moved only to an earlier time. */
-  #watchUntil(at: number): void {
-    if (at >= this.#timerAt) return
-    this.#stopTimer?.()
-    this.#timerAt = at
-    // In the background: it may outlive the items it was set for, and an item still waiting
-    // always has what keeps the process alive (its request's connection, its statement's).
-    this.#stopTimer = this.#clock.after(at - this.#clock.now(), this.#onTimer, true)
-  }
-
   /**
    * Answers every item past its deadline, waiting or in flight, and sets the timer for the
    * earliest deadline left (a timer may run a little early: that item is then still watched).
@@ -216,13 +195,19 @@ export class Waiting<I, O> {
     this.#dropExpired()
     const now = this.#clock.now()
     let next = this.#queue.head()?.expiresAt ?? Number.POSITIVE_INFINITY
-    for (const batch of this.#inFlight)
-      for (const p of batch) {
-        if (p.done) continue
-        if (p.expiresAt <= now) this.#expire(p)
-        else if (p.expiresAt < next) next = p.expiresAt
-      }
+    for (const batch of this.#inFlight) next = this.#expireIn(batch, now, next)
     this.#watchUntil(next)
+  }
+
+  /** Answers the items of `batch` past their deadlines at `now`; the earliest deadline left. */
+  #expireIn(batch: readonly Pending<I, O>[], now: number, next: number): number {
+    let earliest = next
+    for (const p of batch) {
+      if (p.done) continue
+      if (p.expiresAt <= now) this.#expire(p)
+      else if (p.expiresAt < earliest) earliest = p.expiresAt
+    }
+    return earliest
   }
 
   // The queue is in the order of deadlines, so the expired items lead it.
