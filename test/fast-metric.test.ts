@@ -8,7 +8,7 @@ import {
   type MetricValue,
   Registry,
 } from 'prom-client'
-import { fastCounter, fastHistogram } from '../src/metrics/fast-metric.ts'
+import { fastCounter, fastHistogram, fastPlainHistogram } from '../src/metrics/fast-metric.ts'
 
 // The fast metrics must read exactly as prom-client's own would for the same observations.
 
@@ -83,5 +83,60 @@ describe('fastHistogram and fastCounter against prom-client', () => {
       reference.inc({ method, status })
     }
     assert.deepEqual(await series(ours), await series(theirs))
+  })
+  test('a fastPlainHistogram reads as prom-client’s unlabelled Histogram, zeros before any observation', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.oneof(fc.constantFrom(...buckets, 0, 10), fc.double({ min: 0, max: 10, noNaN: true })),
+          {
+            maxLength: 200,
+          },
+        ),
+        async (values) => {
+          const ours = new Registry()
+          const theirs = new Registry()
+          const fast = fastPlainHistogram('rows', 'help', buckets)
+          ours.registerMetric(fast.metric)
+          const reference = new Histogram({
+            name: 'rows',
+            help: 'help',
+            buckets,
+            registers: [theirs],
+          })
+          for (const value of values) {
+            fast.observe(value)
+            reference.observe(value)
+          }
+          assert.deepEqual(await series(ours), await series(theirs))
+        },
+      ),
+      { numRuns: 100, seed: 16 },
+    )
+  })
+
+  test('a fastCounter’s zeroed series reads as prom-client’s inc by 0, before and after counting', async () => {
+    const ours = new Registry()
+    const theirs = new Registry()
+    const fast = fastCounter('c_total', 'help', ['outcome'])
+    ours.registerMetric(fast.metric)
+    const reference = new Counter({
+      name: 'c_total',
+      help: 'help',
+      labelNames: ['outcome'],
+      registers: [theirs],
+    })
+    for (const outcome of ['created', 'retry', 'conflict']) {
+      fast.zero(outcome)
+      reference.inc({ outcome }, 0)
+    }
+    assert.deepEqual(await series(ours), await series(theirs))
+    for (const outcome of ['created', 'created', 'conflict', 'unavailable']) {
+      fast.inc(outcome)
+      reference.inc({ outcome })
+    }
+    fast.zero('created')
+    assert.deepEqual(await series(ours), await series(theirs))
+    assert.ok((await series(ours)).includes('counter c_total{outcome=retry} 0'))
   })
 })
