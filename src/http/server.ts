@@ -59,6 +59,11 @@ type Connection = {
 }
 const connectionOf = Symbol('plant-store connection')
 
+/** `res` is handed to the system: the connection is making no answer now. */
+function handedOver(conn: Connection, res: ServerResponse): void {
+  if (conn.answering === res) conn.answering = undefined
+}
+
 /** Nothing more of the connection runs: what waits is dropped, what comes is never run. */
 function closeAfterThis(conn: Connection): void {
   conn.closing = true
@@ -126,14 +131,13 @@ function inOrder(requests: RequestHandling): (req: IncomingMessage, res: ServerR
   const run = (conn: Connection, req: IncomingMessage, res: ServerResponse) => {
     conn.busy = true
     conn.answering = res
-    const handedOver = () => {
-      if (conn.answering === res) conn.answering = undefined
-    }
-    res.once('finish', handedOver)
+    // Anonymous: tsx names each named closure as it is made (esbuild's keepNames), a
+    // defineProperty on every request.
+    res.once('finish', () => handedOver(conn, res))
     // The next request of the connection runs once this answer is handed to the system (or
     // the connection is gone): an answer the client does not read holds the rest back.
     res.once('close', () => {
-      handedOver()
+      handedOver(conn, res)
       ;(req.socket as typeof req.socket & Tracked)[bytesAnswered] = req.socket.bytesRead
       conn.busy = false
       const next = conn.closing ? undefined : conn.waiting.shift()
