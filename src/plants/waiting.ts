@@ -72,8 +72,13 @@ export const pastDeadline = (lastReason?: ResendReason) =>
 export class Waiting<I, O> {
   readonly #queue = createDeadlineQueue<Pending<I, O>>()
   readonly #hooks: Required<WaitingHooks>
-  /** The statements in flight: their items are answered at their deadlines too. */
-  readonly #inFlight = new Set<readonly Pending<I, O>[]>()
+  /**
+   * The statements in flight: their items are answered at their deadlines too. An array, not a
+   * `Set`: with a `Set` added to and deleted from for every statement, each create's objects
+   * outlived two young-generation collections and were promoted (about 240 bytes a create at
+   * 3,345 /s, 50 with the array; test/request-gc.test.ts).
+   */
+  readonly #inFlight: (readonly Pending<I, O>[])[] = []
   /** The one timer: it never runs after the earliest deadline of an item not done. */
   readonly #watchUntil: (at: number) => void
 
@@ -161,13 +166,14 @@ export class Waiting<I, O> {
    */
   watchInFlight(batch: readonly Pending<I, O>[]): void {
     const next = this.#expireIn(batch, this.#clock.now(), Number.POSITIVE_INFINITY)
-    this.#inFlight.add(batch)
+    this.#inFlight.push(batch)
     this.#watchUntil(next)
   }
 
   /** The statement of `batch` ended: its items are answered, or back in the queue. */
   doneWith(batch: readonly Pending<I, O>[]): void {
-    this.#inFlight.delete(batch)
+    const at = this.#inFlight.indexOf(batch)
+    if (at !== -1) this.#inFlight.splice(at, 1)
   }
 
   #end(p: Pending<I, O>, outcome: Settled<O>, how: HeldOutcome): void {
