@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { connect, type Socket } from 'node:net'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
 import { startEmbedded } from '../src/db/start/embedded.ts'
@@ -8,6 +7,7 @@ import { limits } from '../src/limits.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { bodyOf, type Drive, driveCreates } from './helpers/drive.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
+import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
 import { tempDir } from './helpers/temp-dir.ts'
 import { sleep, within } from './helpers/wait.ts'
 
@@ -29,41 +29,14 @@ import { sleep, within } from './helpers/wait.ts'
  * connection awaits an answer is not sent.
  */
 async function paceCreates(base: string, token: string, perSecond: number, connections: number) {
-  const { hostname, port } = new URL(base)
   const prefix = BigInt(Date.now()) * 1_000_000n + BigInt(process.pid % 1000) * 1000n
+  const authorization = `Authorization: Bearer ${token}\r\n`
   let sequence = 0
   let acknowledged = 0
   let other = 0
-  const free: Socket[] = []
-  const sockets = await Promise.all(
-    Array.from(
-      { length: connections },
-      () =>
-        new Promise<Socket>((resolve, reject) => {
-          const socket = connect({ host: hostname, port: Number(port) }, () => resolve(socket))
-          socket.once('error', reject)
-        }),
-    ),
-  )
-  for (const socket of sockets) {
-    let pending = Buffer.alloc(0)
-    socket.on('data', (chunk: Buffer) => {
-      pending = Buffer.concat([pending, chunk])
-      // Each whole answer: its head, then Content-Length bytes of body.
-      for (;;) {
-        const end = pending.indexOf('\r\n\r\n')
-        if (end === -1) return
-        const head = pending.subarray(0, end).toString('latin1')
-        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0)
-        if (pending.length < end + 4 + length) return
-        if (head.startsWith('HTTP/1.1 200 ')) acknowledged++
-        else other++
-        pending = pending.subarray(end + 4 + length)
-        free.push(socket)
-      }
-    })
-    free.push(socket)
-  }
+  let inFlight = 0
+  const sockets = await Promise.all(Array.from({ length: connections }, () => openSocket(base)))
+  const free = [...sockets]
   // Sent one by one at even intervals: a timer fires at most once a millisecond, and creates
   // sent together arrive together and go in one statement; so this turn of the event loop
   // sleeps (Atomics.wait, without spinning) until the next create is due, sends what is due,
@@ -80,10 +53,21 @@ async function paceCreates(base: string, token: string, perSecond: number, conne
       const socket = free.shift()
       if (socket === undefined) continue
       const id = String(prefix + BigInt(++sequence))
-      const body = bodyOf({ id, name: `paced ${id}`, tag: null })
-      socket.write(
-        `POST /plants HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      )
+      inFlight++
+      exchange(socket, createRequest(bodyOf({ id, name: `paced ${id}`, tag: null }), authorization))
+        .then(
+          ({ status }) => {
+            if (status === 200) acknowledged++
+            else other++
+            free.push(socket)
+          },
+          () => {
+            other++
+          },
+        )
+        .finally(() => {
+          inFlight--
+        })
     }
     setImmediate(turn)
   }
@@ -93,7 +77,7 @@ async function paceCreates(base: string, token: string, perSecond: number, conne
     other: () => other,
     stop: async () => {
       running = false
-      await within(10_000, () => free.length === connections)
+      await within(10_000, () => inFlight === 0)
       for (const socket of sockets) socket.destroy()
     },
   }
@@ -122,14 +106,12 @@ describe('the objects of a create, in the service as npm start runs it, against 
     start: (
       base: string,
       token: string,
-    ) =>
-      | { count: () => number; stop: () => Promise<void> }
-      | Promise<{ count: () => number; stop: () => Promise<void> }>
+    ) => Promise<{ count: () => number; stop: () => Promise<void> }>
   }[] = [
     {
       name: 'flat out from 8 clients',
       flushed: false,
-      start: (base, token) => {
+      start: async (base, token) => {
         const drive: Drive = driveCreates(base, token, { concurrency: 8, pauseMs: 0 })
         return { count: () => drive.acknowledged.length, stop: drive.stop }
       },
