@@ -1,7 +1,8 @@
 // npm run bench [-- --runs 3 --seconds 10 --warmup 3 --flat 60 --soak 0 --levels 16,64,256
 //                  --only ceilings,levels,observability,pgbouncer,scheduling,flat[,baseline]
 //                         [,growth][,citus][,rates][,spans]
-//                  --peak N --shares 5,10,25,50,75 --fresh-seconds 20 --fresh-runs N --floor-pg
+//                  --peak N --shares 5,10,25,50,75 --settle 10 --fresh-seconds 20 --fresh-runs N
+//                  --floor-pg
 //                  --baseline DIR --ids sequential|random --rows 40000000
 //                  --embedded-settings growth|default --citus-shards N]
 // Starts PostgreSQL (DATABASE_URL, or an embedded one in a temporary folder) and measures, with
@@ -31,8 +32,9 @@
 // - rates: latency at fixed rates (5 to 75 % of the service's peak, --peak or measured), open
 //   loop (bench/open-loop.c: a schedule, latency from the due time), beside pgbench -R and the
 //   floor, Fastify + pg (and --baseline DIR's service; --floor-pg: the floor on pg too; the
-//   service on Node --node24 too, the image's runtime, when .ci/node-lts.sh finds it), then a
-//   fresh instance's first --fresh-seconds at 10 %;
+//   service on Node --node24 too, the image's runtime, when .ci/node-lts.sh finds it), each
+//   target first served --settle seconds at 25 %, not counted; then a fresh instance's first
+//   --fresh-seconds at 10 %;
 // - soak (--soak N): runs until the service has sent N insert statements, a minute at a time,
 //   and compares the first minute with the last (throughput, CPU per request, RSS).
 // Each phase is a module of bench/phases/ that gets the shared bench (bench/bench.ts) and
@@ -85,6 +87,7 @@ const { values: args } = parseArgs({
     peak: { type: 'string' },
     'fresh-seconds': { type: 'string', default: '20' },
     'fresh-runs': { type: 'string' },
+    settle: { type: 'string', default: '10' },
     shares: { type: 'string', default: '5,10,25,50,75' },
     'floor-pg': { type: 'boolean', default: false },
     node24: { type: 'string', default: '24.21.0' },
@@ -210,6 +213,7 @@ if (parts.has('rates'))
     baseline: args.baseline === undefined ? undefined : resolve(args.baseline),
     freshSeconds: Number(args['fresh-seconds']),
     freshRuns: args['fresh-runs'] === undefined ? options.runs : Number(args['fresh-runs']),
+    settleSeconds: Number(args.settle),
     shares: args.shares
       .split(',')
       .filter((s) => s !== '')

@@ -45,7 +45,10 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * the floor (bench/floor-server.ts), Fastify 5 + pg (bench/fastify-pg.ts), with `baseline`
  * (another checkout's service) when given, and with `node24` the same service on Node 24 (the
  * runtime the image ships) when that binary is found.
- * Each run follows a `TRUNCATE` and a `CHECKPOINT`; the targets' order rotates each round.
+ * Each target first serves `settleSeconds` at a quarter of the peak, not counted, so that the
+ * rates compare steady states (V8 goes on compiling for a new instance's first thousands of
+ * creates; a fresh instance is the last part's). Each run follows a `TRUNCATE` and a
+ * `CHECKPOINT`; the targets' order rotates each round.
  * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
  * against the same instance's steady figures after.
  */
@@ -56,6 +59,7 @@ export async function ratesPhase(
     baseline,
     freshSeconds,
     freshRuns = bench.options.runs,
+    settleSeconds = 10,
     shares = rateShares,
     floorPg = false,
     node24,
@@ -64,6 +68,8 @@ export async function ratesPhase(
     baseline?: string | undefined
     freshSeconds: number
     freshRuns?: number
+    /** Seconds each target serves at a quarter of the peak before the first rate, not counted. */
+    settleSeconds?: number
     shares?: readonly number[]
     /** Also the floor on `pg` (`--floor-pg`): the same design on the other driver. */
     floorPg?: boolean
@@ -131,6 +137,19 @@ export async function ratesPhase(
       warmup: options.warmup,
       seconds: options.seconds,
     })
+  }
+
+  // Every target started in this part (the service too, when --peak spared it the wrk run)
+  // serves the same uncounted load first: its first seconds are a fresh instance's.
+  if (settleSeconds > 0) {
+    const settleRate = Math.round(peakRps * 0.25)
+    for (const target of targets) {
+      if (target.running === undefined) continue
+      const r = await fromEmpty(target.running, settleRate, 0, settleSeconds)
+      say(
+        `  settled ${target.name}: ${settleSeconds} s at ${settleRate} /s, not counted (p99 ${f(r.p99, 6, 2)})`,
+      )
+    }
   }
 
   const summary: RateSummary[] = []
@@ -205,7 +224,8 @@ export async function ratesPhase(
       ]
     }),
   )
-  for (const [name, r] of Object.entries(freshRatios))
+  // With --fresh-runs 0 there is nothing to summarise.
+  for (const [name, r] of freshRuns > 0 ? Object.entries(freshRatios) : [])
     say(
       `fresh ${name} medians: first/steady p99 ${r.p99.toFixed(2)}, p99.9 ${r.p999.toFixed(2)}; first second's p99 ${r.firstSecondP99.toFixed(2)} ms; ${Math.round(r.slowestEarly * 100)} % of the first run's slowest hundredth due in its first 2 s`,
     )
