@@ -72,7 +72,10 @@ export const limits = {
   batch: {
     /** Most rows in one statement. */
     maxBatch: 1000,
-    /** Most statements in flight at once; creates that arrive meanwhile wait and go together. */
+    /**
+     * Most statements in flight at once. A create goes at once when none is; while one is,
+     * the creates waiting go on the second once they are as many as the one in flight holds.
+     */
     maxInFlight: 2,
     /**
      * On an instance on a Citus worker, statements in flight to each worker: its creates already

@@ -122,6 +122,36 @@ describe('createBatcher', () => {
     assert.deepEqual(await Promise.all(all), [10, 20, 30, 40, 50])
   })
 
+  test('with a statement in flight, the next goes as soon as as many items wait as it holds, not before', async () => {
+    const { batches, store, releaseAll } = gatedStore()
+    const b = createBatcher(store, { maxBatch: 100, maxInFlight: 2, maxQueued: 1000 })
+    // Alone: an item goes at once, and one that comes while it runs goes beside it.
+    const lone = [b.submit(1)]
+    await tick()
+    lone.push(b.submit(2))
+    await tick()
+    assert.deepEqual(batches, [[1], [2]])
+    releaseAll()
+    assert.deepEqual(await Promise.all(lone), [10, 20])
+    await settle()
+    // Three in flight: the second slot stays free while fewer wait.
+    const first = [3, 4, 5].map((i) => b.submit(i))
+    await tick()
+    const next = [b.submit(6), b.submit(7)]
+    await tick()
+    assert.deepEqual(batches.slice(2), [[3, 4, 5]])
+    assert.equal(b.load().inFlight, 1)
+    assert.equal(b.load().queued, 2)
+    next.push(b.submit(8))
+    await tick()
+    assert.deepEqual(batches.slice(2), [
+      [3, 4, 5],
+      [6, 7, 8],
+    ])
+    releaseAll()
+    assert.deepEqual(await Promise.all([...first, ...next]), [30, 40, 50, 60, 70, 80])
+  })
+
   test('an Error among the outcomes fails its item alone', async () => {
     const { store, releaseAll } = gatedStore()
     const b = createBatcher(store, { maxBatch: 10, maxInFlight: 1, maxQueued: 10 })

@@ -8,7 +8,10 @@ import { type Pending, pastDeadline, type Settled, Waiting, type WaitingHooks } 
 export type BatchLimits = {
   /** Most items in one statement. */
   readonly maxBatch: number
-  /** Most statements in flight at once; items that arrive meanwhile wait and go together. */
+  /**
+   * Most statements in flight at once. An item goes at once when none is; while one is, the
+   * items waiting go on a free slot once they are as many as the statements in flight hold.
+   */
   readonly maxInFlight: number
   /** Most items waiting; beyond it an item is refused at once as unavailable (503). */
   readonly maxQueued: number
@@ -365,6 +368,13 @@ export function createBatcher<I, O>(
   function flush(): void {
     scheduled = false
     while (pool.hasFree()) {
+      // With a statement in flight, the next waits for company: it goes once as many items
+      // wait as the statements in flight hold. Alone at a low rate, an item still goes at once
+      // beside another; under load the statements stay as full as each other, and fewer: each
+      // one costs both processes CPU whatever its size (BENCHMARKS.md, "Balanced statements").
+      // A task (a probe) goes at once.
+      if (tasks.length === 0 && pool.inFlight() > 0 && waiting.size() < waiting.inFlightItems())
+        break
       const task = tasks.shift()
       const batch = task === undefined ? waiting.take(limits.maxBatch) : []
       if (task === undefined && batch.length === 0) break

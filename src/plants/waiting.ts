@@ -170,6 +170,13 @@ export class Waiting<I, O> {
     this.#watchUntil(next)
   }
 
+  /** Items in the statements in flight (those answered at their deadline still count). */
+  inFlightItems(): number {
+    let items = 0
+    for (const batch of this.#inFlight) items += batch.length
+    return items
+  }
+
   /** The statement of `batch` ended: its items are answered, or back in the queue. */
   doneWith(batch: readonly Pending<I, O>[]): void {
     const at = this.#inFlight.indexOf(batch)
