@@ -373,8 +373,7 @@ export function createBatcher<I, O>(
       // beside another; under load the statements stay as full as each other, and fewer: each
       // one costs both processes CPU whatever its size (BENCHMARKS.md, "Balanced statements").
       // A task (a probe) goes at once.
-      if (tasks.length === 0 && pool.inFlight() > 0 && waiting.size() < waiting.inFlightItems())
-        break
+      if (tasks.length === 0 && waiting.size() < waiting.inFlightItems()) break
       const task = tasks.shift()
       const batch = task === undefined ? waiting.take(limits.maxBatch) : []
       if (task === undefined && batch.length === 0) break
