@@ -152,6 +152,35 @@ describe('createBatcher', () => {
     assert.deepEqual(await Promise.all([...first, ...next]), [30, 40, 50, 60, 70, 80])
   })
 
+  test('a statement whose items all have their outcome hands its slot to the items waiting before they are answered', async () => {
+    const events: string[] = []
+    const gates: (() => void)[] = []
+    const store = async (items: readonly number[]) => {
+      events.push(`sent ${items.join(',')}`)
+      await new Promise<void>((open) => gates.push(open))
+      return items.map((i) => i * 10)
+    }
+    const b = createBatcher(store, { maxBatch: 10, maxInFlight: 2, maxQueued: 10 })
+    const first = b.submit(1).then((o) => {
+      events.push('answered 1')
+      return o
+    })
+    await tick()
+    const second = b.submit(2)
+    await tick()
+    // Both slots busy: the third waits.
+    const third = b.submit(3)
+    await tick()
+    assert.deepEqual(events, ['sent 1', 'sent 2'])
+    gates[0]?.()
+    assert.equal(await first, 10)
+    assert.deepEqual(events.slice(2), ['sent 3', 'answered 1'])
+    for (const open of gates.splice(1)) open()
+    await tick()
+    for (const open of gates.splice(1)) open()
+    assert.deepEqual(await Promise.all([second, third]), [20, 30])
+  })
+
   test('an Error among the outcomes fails its item alone', async () => {
     const { store, releaseAll } = gatedStore()
     const b = createBatcher(store, { maxBatch: 10, maxInFlight: 1, maxQueued: 10 })

@@ -105,18 +105,34 @@ function slotPool(
     hasFree: () => free.length > 0,
     take: () => free.pop() as number,
     inFlight: () => count - free.length,
-    /** Runs `work` on `slot`, then gives the slot back; `stuck` if it runs `stuckAfterMs`. */
-    async occupy(slot: number, work: () => Promise<void>): Promise<void> {
+    /**
+     * Runs `work` on `slot`, then gives the slot back (`freed`); `stuck` if it runs
+     * `stuckAfterMs`. `work` may give it back sooner by calling its `release`, once its
+     * statement has ended: `freedAtOnce` then runs at once, in that call.
+     */
+    async occupy(
+      slot: number,
+      work: (release: () => void) => Promise<void>,
+      freedAtOnce: () => void,
+    ): Promise<void> {
       const now = clock.now()
       startedAt.set(slot, now)
       if (stuckAfterMs !== Number.POSITIVE_INFINITY) watchUntil(now + stuckAfterMs)
-      try {
-        await work()
-      } finally {
+      let released = false
+      const give = (): boolean => {
+        if (released) return false
+        released = true
         startedAt.delete(slot)
         reported.delete(slot)
         free.push(slot)
-        freed()
+        return true
+      }
+      try {
+        await work(() => {
+          if (give()) freedAtOnce()
+        })
+      } finally {
+        if (give()) freed()
       }
     },
     /** How long `slot` waits after a statement failed for want of a database: doubling. */
@@ -237,6 +253,7 @@ async function runStatement<I, O>(
   clock: Clock,
   batch: Pending<I, O>[],
   slot: number,
+  release?: () => void,
 ): Promise<void> {
   const { waiting, hooks } = answering
   const started = clock.now()
@@ -253,7 +270,19 @@ async function runStatement<I, O>(
       pause = await statementFailed(answering, batch, slot, err)
       return
     }
-    // Past the statement: what follows answers its items, whatever a hook does after.
+    // Past the statement: its connection is free. When every item has its outcome and as many
+    // wait as it held, the slot takes the next batch before these items are answered, so that
+    // the database works on it while this process writes the answers (BENCHMARKS.md, "A slot
+    // handed on before the answers"); fewer wait for the loop's turn, to go with more.
+    if (
+      release !== undefined &&
+      waiting.size() >= batch.length &&
+      !outcomes.some((o) => o instanceof Error)
+    ) {
+      waiting.doneWith(batch)
+      release()
+    }
+    // What follows answers its items, whatever a hook does after.
     pause = settle(answering, batch, slot, outcomes)
     hooks.statementRan(batch.length, (clock.now() - started) / 1000)
   } catch (err) {
@@ -378,10 +407,13 @@ export function createBatcher<I, O>(
       const batch = task === undefined ? waiting.take(limits.maxBatch) : []
       if (task === undefined && batch.length === 0) break
       const slot = pool.take()
-      void pool.occupy(slot, () =>
-        task === undefined
-          ? runStatement(answering, storeBatch, clock, batch, slot)
-          : task.run(slot),
+      void pool.occupy(
+        slot,
+        (release) =>
+          task === undefined
+            ? runStatement(answering, storeBatch, clock, batch, slot, release)
+            : task.run(slot),
+        flush,
       )
     }
   }
