@@ -74,13 +74,15 @@ type Task = { readonly run: (slot: number) => Promise<void> }
  * that failed for want of a database (doubling from `limits.database.resendPause.first` up to its
  * `most`). One timer watches every busy slot, set for the earliest statement still unreported
  * and left to run out rather than cancelled: a statement sets no timer of its own.
- * `freed` hears of each slot given back.
+ * `freed` hears of each slot given back after its work; `freedAtOnce` of one its work released
+ * sooner.
  */
 function slotPool(
   count: number,
   clock: Clock,
   { stuck, stuckAfterMs }: { stuck: (slot: number) => void; stuckAfterMs: number },
   freed: () => void,
+  freedAtOnce: () => void,
 ) {
   const free = Array.from({ length: count }, (_, i) => count - 1 - i)
   const startedAt = new Map<number, number>()
@@ -110,11 +112,7 @@ function slotPool(
      * `stuckAfterMs`. `work` may give it back sooner by calling its `release`, once its
      * statement has ended: `freedAtOnce` then runs at once, in that call.
      */
-    async occupy(
-      slot: number,
-      work: (release: () => void) => Promise<void>,
-      freedAtOnce: () => void,
-    ): Promise<void> {
+    async occupy(slot: number, work: (release: () => void) => Promise<void>): Promise<void> {
       const now = clock.now()
       startedAt.set(slot, now)
       if (stuckAfterMs !== Number.POSITIVE_INFINITY) watchUntil(now + stuckAfterMs)
@@ -370,7 +368,13 @@ export function createBatcher<I, O>(
   const waiting = new Waiting<I, O>(limits.maxQueued, waitingHooks, clock)
   const tasks: Task[] = []
   // A slot is one statement in flight at a time (a connection of its own).
-  const pool = slotPool(limits.maxInFlight, clock, { stuck, stuckAfterMs }, () => schedule())
+  const pool = slotPool(
+    limits.maxInFlight,
+    clock,
+    { stuck, stuckAfterMs },
+    () => schedule(),
+    () => flush(),
+  )
   const hooks = {
     statementRan,
     readOnly,
@@ -407,13 +411,10 @@ export function createBatcher<I, O>(
       const batch = task === undefined ? waiting.take(limits.maxBatch) : []
       if (task === undefined && batch.length === 0) break
       const slot = pool.take()
-      void pool.occupy(
-        slot,
-        (release) =>
-          task === undefined
-            ? runStatement(answering, storeBatch, clock, batch, slot, release)
-            : task.run(slot),
-        flush,
+      void pool.occupy(slot, (release) =>
+        task === undefined
+          ? runStatement(answering, storeBatch, clock, batch, slot, release)
+          : task.run(slot),
       )
     }
   }
