@@ -19,7 +19,9 @@ function gatedStore() {
   const releaseAll = () => {
     for (const open of gates.splice(0)) open()
   }
-  return { batches, store, releaseAll }
+  /** Lets the oldest statement still held end. */
+  const releaseFirst = () => gates.shift()?.()
+  return { batches, store, releaseAll, releaseFirst }
 }
 
 const tick = () => new Promise((done) => setImmediate(done))
@@ -153,16 +155,12 @@ describe('createBatcher', () => {
   })
 
   test('a statement whose items all have their outcome hands its slot to the items waiting before they are answered', async () => {
-    const events: string[] = []
-    const gates: (() => void)[] = []
-    const store = async (items: readonly number[]) => {
-      events.push(`sent ${items.join(',')}`)
-      await new Promise<void>((open) => gates.push(open))
-      return items.map((i) => i * 10)
-    }
+    const { batches, store, releaseAll, releaseFirst } = gatedStore()
     const b = createBatcher(store, { maxBatch: 10, maxInFlight: 2, maxQueued: 10 })
+    // What had been sent when the first item was answered.
+    let sentWhenAnswered: number[][] = []
     const first = b.submit(1).then((o) => {
-      events.push('answered 1')
+      sentWhenAnswered = batches.map((x) => [...x])
       return o
     })
     await tick()
@@ -171,11 +169,11 @@ describe('createBatcher', () => {
     // Both slots busy: the third waits.
     const third = b.submit(3)
     await tick()
-    assert.deepEqual(events, ['sent 1', 'sent 2'])
-    gates[0]?.()
+    assert.deepEqual(batches, [[1], [2]])
+    releaseFirst()
     assert.equal(await first, 10)
-    assert.deepEqual(events.slice(2), ['sent 3', 'answered 1'])
-    for (const open of gates) open()
+    assert.deepEqual(sentWhenAnswered, [[1], [2], [3]])
+    releaseAll()
     assert.deepEqual(await Promise.all([second, third]), [20, 30])
   })
 

@@ -251,7 +251,7 @@ async function runStatement<I, O>(
   clock: Clock,
   batch: Pending<I, O>[],
   slot: number,
-  release?: () => void,
+  release: () => void,
 ): Promise<void> {
   const { waiting, hooks } = answering
   const started = clock.now()
@@ -272,11 +272,7 @@ async function runStatement<I, O>(
     // wait as it held, the slot takes the next batch before these items are answered, so that
     // the database works on it while this process writes the answers (BENCHMARKS.md, "A slot
     // handed on before the answers"); fewer wait for the loop's turn, to go with more.
-    if (
-      release !== undefined &&
-      waiting.size() >= batch.length &&
-      !outcomes.some((o) => o instanceof Error)
-    ) {
+    if (waiting.size() >= batch.length && !outcomes.some((o) => o instanceof Error)) {
       waiting.doneWith(batch)
       release()
     }
