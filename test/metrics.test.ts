@@ -3,6 +3,7 @@ import { after, describe, test } from 'node:test'
 import { tokenDigest } from '../src/auth/tokens.ts'
 import { freePort } from '../src/db/start/embedded.ts'
 import { shared } from '../src/metrics/cluster.ts'
+import { holdPlantsLock } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -78,11 +79,18 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     )
   })
 
-  test('concurrent creates share statements: the rows histogram counts more rows than statements', async () => {
+  test('creates that arrive while statements wait share statements: the rows histogram counts more rows than statements', async () => {
     const s = await startTestServer({ after })
-    await Promise.all(
+    // The table held, so that the first statements wait and the creates behind them queue
+    // however slowly this process sends them (with a core busy elsewhere they can trickle in
+    // one at a time, each finding a slot free); released once most of them wait.
+    const release = await holdPlantsLock(s.db.sql)
+    const answers = Promise.all(
       Array.from({ length: 200 }, () => s.post({ id: uniqueId(), name: 'together' })),
     )
+    await within(20_000, () => s.store.load().queued >= 150)
+    await release()
+    for (const res of await answers) assert.equal(res.status, 200)
     const text = await scrape(s.base)
     const rows = seriesValue(text, 'plant_store_create_batch_rows_sum')
     const statements = seriesValue(text, 'plant_store_create_batch_rows_count')
