@@ -88,8 +88,11 @@ describe('GET /metrics (Prometheus text exposition)', () => {
     const answers = Promise.all(
       Array.from({ length: 200 }, () => s.post({ id: uniqueId(), name: 'together' })),
     )
-    await within(20_000, () => s.store.load().queued >= 150)
-    await release()
+    try {
+      await within(20_000, () => s.store.load().queued >= 150)
+    } finally {
+      await release()
+    }
     for (const res of await answers) assert.equal(res.status, 200)
     const text = await scrape(s.base)
     const rows = seriesValue(text, 'plant_store_create_batch_rows_sum')
