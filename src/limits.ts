@@ -66,8 +66,11 @@ export const limits = {
    * statements on no rows `statements` times: what a fresh process's first creates would pay
    * (connections, prepared statements, code not yet compiled, a small heap) is paid before
    * `/readyz` first says 200. `creates` is `WARM_UP_CREATES`'s default, `mostCreates` its most.
+   * The first `atOnce` creates come each on a connection of its own, all at once (as a load
+   * balancer's or a client pool's connections reach a new instance; at most half of
+   * `MAX_CONNECTIONS`, since the warm-up holds both ends), the rest `connections` at a time.
    */
-  warmUp: { creates: 3_000, mostCreates: 100_000, connections: 8, statements: 300 },
+  warmUp: { creates: 3_000, mostCreates: 100_000, atOnce: 256, connections: 8, statements: 300 },
   /** How creates are grouped into statements. */
   batch: {
     /** Most rows in one statement. */

@@ -57,13 +57,15 @@ function echoStore(store: PlantStore, statementRan: Metrics['statementRan']): Pl
 }
 
 /**
- * Sends `creates` creates, `connections` at a time on kept-alive connections, through a private
- * copy of the service's HTTP application on a port of its own on 127.0.0.1: the same code as the
- * service's (parser, token check, validation, batcher, the driver on `store`'s connections,
- * answers, the request log formatted at `level`, the metrics counted on a registry of their
- * own), with nothing stored, logged or counted.
- * Resolves with the time it took, the creates sent, and the status of the first not answered
- * 200, which ends it.
+ * Sends `creates` creates through a private copy of the service's HTTP application on a port of
+ * its own on 127.0.0.1: first `atOnce` of them at once, each on a new connection (what a new
+ * instance meets when a balancer's or a load's connections reach it: accepting them, each one's
+ * parser and first request), then the rest `connections` at a time on kept-alive connections.
+ * The same code as the service's (parser, token check, validation, batcher, the driver on
+ * `store`'s connections, answers, the request log formatted at `level`, the metrics counted on
+ * a registry of their own), with nothing stored, logged or counted.
+ * Resolves with the time it took, the creates sent, the connections the copy accepted at once,
+ * and the status of the first not answered 200, which ends it.
  */
 async function warmUp(
   store: PlantStore,
@@ -71,11 +73,18 @@ async function warmUp(
   level: LogLevel,
   creates: number,
   connections: number = limits.warmUp.connections,
-): Promise<{ ms: number; sent: number; failedStatus?: number | undefined }> {
+): Promise<{ ms: number; sent: number; atOnce: number; failedStatus?: number | undefined }> {
   const started = performance.now()
   let failedStatus: number | undefined
   let sent = 0
-  if (creates <= 0) return { ms: 0, sent }
+  let accepted = 0
+  if (creates <= 0) return { ms: 0, sent, atOnce: 0 }
+  // Both ends of each connection are this process's: half of MAX_CONNECTIONS at most.
+  const atOnce = Math.min(
+    limits.warmUp.atOnce,
+    creates,
+    Math.floor((settings.maxConnections ?? Number.POSITIVE_INFINITY) / 2),
+  )
   // The metrics' code is warmed too, on a registry of its own that nothing reads (BENCHMARKS.md,
   // "A fresh instance's metrics").
   const metrics = warmUpMetrics()
@@ -87,16 +96,20 @@ async function warmUp(
     settings: { ...settings, authFailureLimit: undefined, rateLimit: undefined },
     metricsRoute: false,
   })
+  server.on('connection', () => {
+    accepted++
+  })
   const agent = new Agent({ keepAlive: true, maxSockets: connections })
+  const burst = new Agent({ keepAlive: true, maxSockets: Math.max(1, atOnce) })
   try {
     // In a node:cluster worker, a port of its own: never one shared with the other workers.
     const { port } = await listen(server, 0, '127.0.0.1', { exclusive: true })
-    const one = (id: number) =>
+    const one = (id: number, through: Agent) =>
       new Promise<void>((resolve, reject) => {
         const body = `{"id":${id},"name":"warm-up plant","tag":"warm-up"}`
         const req = request(
           {
-            agent,
+            agent: through,
             host: '127.0.0.1',
             port,
             method: 'POST',
@@ -118,17 +131,22 @@ async function warmUp(
         req.on('error', reject)
         req.end(body)
       })
+    // A connection that fails (out of file handles) only warms less: the rest go on.
+    await Promise.allSettled(Array.from({ length: atOnce }, () => one(++sent, burst)))
+    burst.destroy()
+    const acceptedAtOnce = accepted
     await Promise.all(
       Array.from({ length: connections }, async () => {
-        while (failedStatus === undefined && sent < creates) await one(++sent)
+        while (failedStatus === undefined && sent < creates) await one(++sent, agent)
       }),
     )
+    return { ms: performance.now() - started, sent, atOnce: acceptedAtOnce, failedStatus }
   } finally {
+    burst.destroy()
     agent.destroy()
     server.closeAllConnections()
     await new Promise<void>((resolve) => server.close(() => resolve()))
   }
-  return { ms: performance.now() - started, sent, failedStatus }
 }
 
 /**
@@ -167,6 +185,7 @@ export async function warmBeforeServing(
   else if (warm.sent > 0)
     log.info('warmed up through a private copy of the service', {
       creates: warm.sent,
+      connectionsAtOnce: warm.atOnce,
       ms: Math.round(warm.ms),
     })
 }

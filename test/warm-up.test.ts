@@ -19,6 +19,28 @@ test('a new instance has every statement slot connected before its first create'
   assert.equal(res.status, 200)
 })
 
+test('a new instance accepts as many connections at once as a balancer opens before it listens, each with a create', async (t) => {
+  const server = await startTestServer(t, { warmUp: limits.warmUp })
+  const warmed = server.logs.find(
+    (l) => l.message === 'warmed up through a private copy of the service',
+  )
+  assert.equal(typeof warmed?.connectionsAtOnce, 'number')
+  assert.equal(warmed?.connectionsAtOnce, limits.warmUp.atOnce)
+  assert.equal(warmed?.creates, limits.warmUp.creates)
+})
+
+test('MAX_CONNECTIONS bounds the connections the warm-up opens at once to half of it, both ends being the process', async (t) => {
+  const server = await startTestServer(t, {
+    env: { WARM_UP_CREATES: '100', MAX_CONNECTIONS: '40' },
+    warmUp: 'setting',
+  })
+  const warmed = server.logs.find(
+    (l) => l.message === 'warmed up through a private copy of the service',
+  )
+  assert.equal(warmed?.connectionsAtOnce, 20)
+  assert.equal(warmed?.creates, 100)
+})
+
 test('the warm-up stores nothing, counts no request and logs no access line', async (t) => {
   const server = await startTestServer(t, { warmUp: limits.warmUp })
   const [rows] = await server.db.sql<{ n: number }[]>`select count(*)::int as n from plants`
