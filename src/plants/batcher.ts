@@ -103,6 +103,12 @@ function slotPool(
     }
     watchUntil(next)
   }
+  /** `slot` is free again: no longer watched, and taken next. */
+  function giveBack(slot: number): void {
+    startedAt.delete(slot)
+    reported.delete(slot)
+    free.push(slot)
+  }
   return {
     hasFree: () => free.length > 0,
     take: () => free.pop() as number,
@@ -116,21 +122,22 @@ function slotPool(
       const now = clock.now()
       startedAt.set(slot, now)
       if (stuckAfterMs !== Number.POSITIVE_INFINITY) watchUntil(now + stuckAfterMs)
+      // No named closure here: tsx names each one as it is made (esbuild's keepNames), a
+      // defineProperty for every statement.
       let released = false
-      const give = (): boolean => {
-        if (released) return false
-        released = true
-        startedAt.delete(slot)
-        reported.delete(slot)
-        free.push(slot)
-        return true
-      }
       try {
         await work(() => {
-          if (give()) freedAtOnce()
+          if (released) return
+          released = true
+          giveBack(slot)
+          freedAtOnce()
         })
       } finally {
-        if (give()) freed()
+        if (!released) {
+          released = true
+          giveBack(slot)
+          freed()
+        }
       }
     },
     /** How long `slot` waits after a statement failed for want of a database: doubling. */
