@@ -70,7 +70,7 @@ export const limits = {
    * balancer's or a client pool's connections reach a new instance; at most half of
    * `MAX_CONNECTIONS`, since the warm-up holds both ends), the rest `connections` at a time.
    */
-  warmUp: { creates: 3_000, mostCreates: 100_000, atOnce: 256, connections: 8, statements: 300 },
+  warmUp: { creates: 10_000, mostCreates: 100_000, atOnce: 256, connections: 8, statements: 300 },
   /** How creates are grouped into statements. */
   batch: {
     /** Most rows in one statement. */

@@ -50,7 +50,7 @@ describe('configuration', () => {
         trustedProxies: new Set(),
         migrate: true,
         drainDelay: 3000,
-        warmUpCreates: 3000,
+        warmUpCreates: 10000,
         nodeSchedulingPolicy: false,
         appRolePassword: undefined,
         ...spanDefaults,
