@@ -26,7 +26,8 @@ function capture() {
 describe('the embedded database (no DATABASE_URL)', () => {
   test('the first start creates the dev token (file mode 0600, printed once) and warns about nothing, the dev token included; data and token survive a restart', async () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-embedded-')
-    const config = parseConfig({ PORT: '0' })
+    // The tests' own warm-up (test/helpers/process.ts): the default's is test/warm-up.test.ts's.
+    const config = parseConfig({ PORT: '0', WARM_UP_CREATES: '100' })
     const first = capture()
     const service = await startService(config, first.log, { dataDir: dir })
     tmp.after(() => service.close())
