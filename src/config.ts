@@ -407,7 +407,7 @@ export const variables = {
     key: 'warmUpCreates',
     schema: wholeNumber(0, limits.warmUp.mostCreates),
     default: String(limits.warmUp.creates),
-    why: `what a fresh process would make its first clients pay (code not yet optimised, statements not yet prepared, the first connections not yet accepted) is paid before it listens, at the cost of about 2.5 s of start-up ([BENCHMARKS.md](BENCHMARKS.md#a-new-instances-first-connections))`,
+    why: `what a fresh process would make its first clients pay (code not yet optimised, statements not yet prepared, the first connections not yet accepted) is paid before it listens, at the cost of about 3 s of start-up ([BENCHMARKS.md](BENCHMARKS.md#the-warm-ups-creates-shaped-as-clients-are))`,
     meaning: `creates run through a private copy of the service before it listens, on its own connections, storing nothing ([the warm-up](docs/scaling.md#below-the-peak-when-a-create-goes-and-a-new-instances-first-seconds)); 0 to ${limits.warmUp.mostCreates}; \`0\` only connects and prepares the statements, for a start as fast as can be`,
   },
   MAX_CONNECTIONS: {

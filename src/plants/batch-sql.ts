@@ -45,6 +45,11 @@ function toPlant(row: Stored): Plant {
   return row.tag === null ? { name: row.name } : { name: row.name, tag: row.tag }
 }
 
+/** A create's outcome when its row was inserted. */
+export function createdOutcome(row: Stored): StoredOutcome {
+  return { kind: 'created', plant: toPlant(row) }
+}
+
 /** Decides between retry (same name and tag) and conflict for an id that is already stored. */
 function decideExisting(plant: NewPlant, stored: Stored): StoredOutcome {
   if (stored.name === plant.name && stored.tag === (plant.tag ?? null)) {
@@ -113,8 +118,9 @@ export function echoBatch(sql: Sql, rows: readonly NewRow[]): Promise<Stored[]> 
     select name, tag from unnest(
       ${rows.map((r) => r.plant.id.toString())}::int8[],
       ${rows.map((r) => r.plant.name)}::text[],
-      ${rows.map((r) => r.plant.tag ?? null)}::text[]
-    ) as t(id, name, tag)`
+      ${rows.map((r) => r.plant.tag ?? null)}::text[],
+      ${rows.map((r) => r.createdBy)}::text[]
+    ) as t(id, name, tag, created_by)`
 }
 
 /**
@@ -206,8 +212,7 @@ export async function storeBatch(
           return again
         }),
       )
-    } else if (created.has(key) && first.get(key) === r)
-      outcomes.push({ kind: 'created', plant: toPlant(row) })
+    } else if (created.has(key) && first.get(key) === r) outcomes.push(createdOutcome(row))
     else outcomes.push(decideExisting(r.plant, row))
   }
   return sentAgain ? Promise.all(outcomes) : (outcomes as (StoredOutcome | Error)[])
