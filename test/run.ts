@@ -124,32 +124,40 @@ if (perRuntime) {
   const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
   files.splice(0, files.length, ...kept)
 }
-// The longest files first, as measured on 2026-11-27 (evening) beside a busy core, in a whole run
-// five files at a time (seconds), so that the rest fill the time beside them instead of leaving
-// one to run alone at the end; the others, under 30 s each, follow in name order.
+// The longest files first, as measured on 2026-12-01 in CI's `npm test` (Node 20, five files at a
+// time; seconds, each file's tests added up), so that the rest fill the time beside them instead
+// of leaving one to run alone at the end; the others, under 22 s each, follow in name order.
 const longest = [
-  'test/faults/failover.test.ts', // 120
-  'test/faults/full-disk.test.ts', // 100 (six suites, each in turn)
-  'test/faults/network-partition.test.ts', // 89
-  'test/citus.test.ts', // 85
-  'test/faults/tls.test.ts', // 84
-  'test/faults/citus-patroni.test.ts', // 82
-  'test/faults/randomized.test.ts', // 82
-  'test/citus-nodes-away.test.ts', // 80
-  'test/faults/network-partition-paths.test.ts', // 62
-  'test/workers.test.ts', // 58
-  'test/operator-commands.test.ts', // 53
-  'test/token-rotation.test.ts', // 50
-  'test/doc-examples.test.ts', // 48
+  'test/faults/failover.test.ts', // 125
+  'test/faults/full-disk.test.ts', // 107 (six suites, each in turn)
+  'test/faults/network-partition.test.ts', // 91
+  'test/citus.test.ts', // 90
+  'test/faults/citus-patroni.test.ts', // 87
+  'test/citus-nodes-away.test.ts', // 85
+  'test/faults/network-partition-paths.test.ts', // 84
+  'test/faults/tls.test.ts', // 82
+  'test/faults/randomized.test.ts', // 76
+  'test/doc-examples.test.ts', // 63
+  'test/workers.test.ts', // 61
+  'test/operator-commands.test.ts', // 59
+  'test/token-rotation.test.ts', // 59
+  'test/token-command.test.ts', // 48
   'test/faults/database-outage.test.ts', // 44
-  'test/token-command.test.ts', // 43
+  'test/request-gc.test.ts', // 44
   'test/faults/patroni-switchover.test.ts', // 38
+  'test/faults/startup-faults.test.ts', // 36
   'test/database-faults.test.ts', // 36
-  'test/embedded-database.test.ts', // 34
-  'test/faults/startup-faults.test.ts', // 30
-  'test/faults/abuse.test.ts', // 30
+  'test/faults/abuse.test.ts', // 32
+  'test/faults/kill-durability.test.ts', // 32
   'test/faults/slow-clients.test.ts', // 30
-  'test/faults/kill-durability.test.ts', // 30
+  'test/faults/hostile-bodies.test.ts', // 28
+  'test/faults/connection-limit.test.ts', // 27
+  'test/faults/rolling-deploy.test.ts', // 27
+  'test/embedded-database.test.ts', // 27
+  'test/warm-up.test.ts', // 26
+  'test/deno-runtime.test.ts', // 25
+  'test/prometheus-scrape.test.ts', // 24
+  'test/faults/database-gaps.test.ts', // 22
 ]
 const rank = (f: string) => {
   const at = longest.indexOf(f)
