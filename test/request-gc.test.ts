@@ -169,8 +169,7 @@ describe('the objects of a create, in the service as npm start runs it, against 
       // Standard output carries the log and V8's trace of each collection: when it came (ms since
       // the process started), in which isolate (the main thread's or a worker's), whether a
       // scavenge, and what it promoted. The warm-up is npm start's own.
-      const collections: { isolate: string; ms: number; scavenge: boolean; promoted: number }[] =
-        []
+      const collections: { isolate: string; ms: number; scavenge: boolean; promoted: number }[] = []
       const { base } = await startServiceProcess(
         'node',
         { DATABASE_URL: db.url, WARM_UP_CREATES: String(limits.warmUp.creates) },
