@@ -177,7 +177,7 @@ describe('the objects of a create, in the service as npm start runs it, against 
         {
           nodeFlags: ['--trace-gc-nvp'],
           otherLine: (line) => {
-            const at = /^\[\d+:(\w+)\] +(\d+) ms: pause=/.exec(line)
+            const at = /^\[\d+:([\w:]+)\] +(\d+) ms: pause=/.exec(line)
             if (at === null) return
             collections.push({
               isolate: at[1] ?? '',
