@@ -27,6 +27,43 @@ describe('migrations', () => {
     assert.deepEqual(runs.flat().sort(), migrationNames())
   })
 
+  test("a start that finds the schema current goes on while another holds the migrators' lock", async () => {
+    const db = await createTestDatabase({ after })
+    // node-pg-migrate's advisory lock, held as a migrator in another process would hold it.
+    const holder = await db.sql.reserve()
+    await holder`select pg_advisory_lock(7241865325823964)`
+    try {
+      const ran = await Promise.race([
+        migrate(db.url, quietLog),
+        new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 20_000).unref()),
+      ])
+      assert.deepEqual(ran, [])
+    } finally {
+      await holder`select pg_advisory_unlock(7241865325823964)`
+      holder.release()
+    }
+  })
+
+  test('applied migrations in another order than the files are refused, as node-pg-migrate does', async () => {
+    const db = await createTestDatabase({ after })
+    const [first, second] = migrationNames()
+    assert.ok(first !== undefined && second !== undefined)
+    // The first two swapped in the table's order (run_on, then id).
+    await db.sql`update pgmigrations set run_on = run_on + interval '1 day' where name = ${first}`
+    await assert.rejects(
+      migrate(db.url, quietLog),
+      /Not run migration .* is preceding already run migration/,
+    )
+    await db.sql`update pgmigrations set run_on = run_on - interval '1 day' where name = ${first}`
+    assert.deepEqual(await migrate(db.url, quietLog), [])
+  })
+
+  test('a schema a newer version migrated further is current for this one', async () => {
+    const db = await createTestDatabase({ after })
+    await db.sql`insert into pgmigrations (name, run_on) values ('9999_from_a_newer_version', now() + interval '1 day')`
+    assert.deepEqual(await migrate(db.url, quietLog), [])
+  })
+
   test('the tables have the columns the contract names', async () => {
     const db = await createTestDatabase({ after })
     const columns = await db.sql`
