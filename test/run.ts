@@ -124,40 +124,50 @@ if (perRuntime) {
   const kept = files.filter((f) => !runOnce.some((once) => f.startsWith(once)))
   files.splice(0, files.length, ...kept)
 }
-// The longest files first, as measured on 2026-12-01 in CI's `npm test` (Node 20, five files at a
-// time; seconds, each file's tests added up), so that the rest fill the time beside them instead
-// of leaving one to run alone at the end; the others, under 22 s each, follow in name order.
+// The longest files first, as measured on 2026-12-02 in `npm test` beside `stress-ng --cpu 1`
+// (Node 20, five files at a time; seconds from each file's start to its end), so that the rest
+// fill the time beside them instead of leaving one to run alone at the end; the others, under
+// 15 s each, follow in name order. test/run-files.ts runs them in this order.
 const longest = [
-  'test/faults/failover.test.ts', // 125
-  'test/faults/full-disk.test.ts', // 107 (six suites, each in turn)
-  'test/faults/network-partition.test.ts', // 91
-  'test/citus.test.ts', // 90
-  'test/faults/citus-patroni.test.ts', // 87
-  'test/citus-nodes-away.test.ts', // 85
-  'test/faults/network-partition-paths.test.ts', // 84
-  'test/faults/tls.test.ts', // 82
-  'test/faults/randomized.test.ts', // 76
-  'test/doc-examples.test.ts', // 63
-  'test/workers.test.ts', // 61
-  'test/operator-commands.test.ts', // 59
-  'test/token-rotation.test.ts', // 59
+  'test/citus.test.ts', // 148
+  'test/faults/failover.test.ts', // 142
+  'test/faults/full-disk.test.ts', // 123
+  'test/citus-nodes-away.test.ts', // 104
+  'test/workers.test.ts', // 100
+  'test/operator-commands.test.ts', // 97
+  'test/doc-examples.test.ts', // 96
+  'test/faults/network-partition.test.ts', // 94
+  'test/faults/citus-patroni.test.ts', // 89
+  'test/faults/network-partition-paths.test.ts', // 86
+  'test/faults/tls.test.ts', // 81
+  'test/faults/randomized.test.ts', // 80
+  'test/token-rotation.test.ts', // 67
+  'test/embedded-database.test.ts', // 55
+  'test/request-gc.test.ts', // 53
+  'test/faults/database-outage.test.ts', // 48
   'test/token-command.test.ts', // 48
-  'test/faults/database-outage.test.ts', // 44
-  'test/request-gc.test.ts', // 44
-  'test/faults/patroni-switchover.test.ts', // 38
-  'test/faults/startup-faults.test.ts', // 36
-  'test/database-faults.test.ts', // 36
-  'test/faults/abuse.test.ts', // 32
-  'test/faults/kill-durability.test.ts', // 32
-  'test/faults/slow-clients.test.ts', // 30
-  'test/faults/hostile-bodies.test.ts', // 28
-  'test/faults/connection-limit.test.ts', // 27
-  'test/faults/rolling-deploy.test.ts', // 27
-  'test/embedded-database.test.ts', // 27
-  'test/warm-up.test.ts', // 26
-  'test/deno-runtime.test.ts', // 25
-  'test/prometheus-scrape.test.ts', // 24
-  'test/faults/database-gaps.test.ts', // 22
+  'test/warm-up.test.ts', // 46
+  'test/faults/connection-limit.test.ts', // 45
+  'test/database-faults.test.ts', // 40
+  'test/faults/patroni-switchover.test.ts', // 40
+  'test/faults/abuse.test.ts', // 39
+  'test/faults/database-gaps.test.ts', // 38
+  'test/faults/startup-faults.test.ts', // 35
+  'test/faults/slow-clients.test.ts', // 35
+  'test/otlp-spans.test.ts', // 30
+  'test/faults/rolling-deploy.test.ts', // 28
+  'test/prometheus-scrape.test.ts', // 27
+  'test/faults/kill-durability.test.ts', // 25
+  'test/token-last-use.test.ts', // 24
+  'test/faults/hostile-bodies.test.ts', // 24
+  'test/deno-runtime.test.ts', // 23
+  'test/pgbouncer-transaction-mode.test.ts', // 22
+  'test/plant-batching.test.ts', // 20
+  'test/metrics.test.ts', // 19
+  'test/openapi-document.test.ts', // 16
+  'test/reference-page-in-chromium.test.ts', // 16
+  'test/token-upgrade.test.ts', // 15
+  'test/faults/behind-haproxy.test.ts', // 15
 ]
 const rank = (f: string) => {
   const at = longest.indexOf(f)
@@ -184,16 +194,10 @@ log.info(`test database ready: ${db.kind}`, {
 // time: 6 min 52 s here with one core kept busy, docs/development.md; six at a time ran the
 // Citus file past its 5 minutes).
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 5
+// Not `node --test FILE...`, which sorts the files by name: test/run-files.ts keeps this order.
 const child = spawn(
   process.execPath,
-  [
-    '--import',
-    'tsx',
-    '--test',
-    '--test-timeout=300000',
-    `--test-concurrency=${concurrency}`,
-    ...files,
-  ],
+  ['--import', 'tsx', '--test-timeout=300000', 'test/run-files.ts', String(concurrency), ...files],
   { stdio: 'inherit', cwd: root, env: { ...process.env, TEST_DATABASE_URL: db.url } },
 )
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
