@@ -194,11 +194,18 @@ log.info(`test database ready: ${db.kind}`, {
 // time: 6 min 52 s here with one core kept busy, docs/development.md; six at a time ran the
 // Citus file past its 5 minutes).
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 5
+// What the files may share for this run, removed after it: the tests' own PostgreSQL servers
+// copy one initdb of each version from it (test/helpers/replication.ts).
+const cache = await makeTempDir('plant-store-test-cache-')
 // Not `node --test FILE...`, which sorts the files by name: test/run-files.ts keeps this order.
 const child = spawn(
   process.execPath,
   ['--import', 'tsx', '--test-timeout=300000', 'test/run-files.ts', String(concurrency), ...files],
-  { stdio: 'inherit', cwd: root, env: { ...process.env, TEST_DATABASE_URL: db.url } },
+  {
+    stdio: 'inherit',
+    cwd: root,
+    env: { ...process.env, TEST_DATABASE_URL: db.url, PLANT_STORE_TEST_CACHE: cache },
+  },
 )
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
 process.on('SIGINT', stopChild)
@@ -207,4 +214,5 @@ const code = await new Promise<number>((resolve) =>
   child.on('exit', (c, s) => resolve(c ?? (s ? 1 : 0))),
 )
 await db.stop()
+await rm(cache, { recursive: true, force: true })
 process.exit(code)
