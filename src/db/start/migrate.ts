@@ -24,7 +24,24 @@ export function migrationNames(): string[] {
  * The migrations this code expects that the database has not applied, oldest first: all of them
  * when it has no migrations table. Reads only, so a role that may not create tables can ask.
  */
-export async function pendingMigrations(databaseUrl: string): Promise<string[]> {
+export function pendingMigrations(databaseUrl: string): Promise<string[]> {
+  return onMigrationsSession(databaseUrl, async (sql) => {
+    const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
+      (err: unknown) => {
+        if (readError(err).undefinedTable) return []
+        throw err
+      },
+    )
+    const applied = new Set(rows.map((r) => r.name))
+    return migrationNames().filter((name) => !applied.has(name))
+  })
+}
+
+/** Runs `read` on a session of its own (one connection), ended after. */
+async function onMigrationsSession<T>(
+  databaseUrl: string,
+  read: (sql: ReturnType<typeof createSql>) => Promise<T>,
+): Promise<T> {
   // Through createSql: its TLS settings (sslrootcert and its kin) as for every other pool.
   const sql = createSql(
     databaseUrl,
@@ -35,14 +52,7 @@ export async function pendingMigrations(databaseUrl: string): Promise<string[]> 
     },
   )
   try {
-    const rows = await sql<{ name: string }[]>`select name from ${sql(migrationsTable)}`.catch(
-      (err: unknown) => {
-        if (readError(err).undefinedTable) return []
-        throw err
-      },
-    )
-    const applied = new Set(rows.map((r) => r.name))
-    return migrationNames().filter((name) => !applied.has(name))
+    return await read(sql)
   } finally {
     await sql.end({ timeout: 1 })
   }
@@ -56,24 +66,11 @@ export async function pendingMigrations(databaseUrl: string): Promise<string[]> 
  * fails as before, with its message).
  */
 async function isCurrent(databaseUrl: string): Promise<boolean> {
-  const sql = createSql(
-    databaseUrl,
-    createLog('error', () => {}),
-    {
-      max: 1,
-      applicationName: 'plant-store migrate',
-    },
-  )
-  try {
+  return onMigrationsSession(databaseUrl, async (sql) => {
     const applied = await sql<{ name: string }[]>`
       select name from ${sql('public')}.${sql(migrationsTable)} order by run_on, id`
-    const expected = migrationNames()
-    return expected.every((name, i) => applied[i]?.name === name)
-  } catch {
-    return false
-  } finally {
-    await sql.end({ timeout: 1 })
-  }
+    return migrationNames().every((name, i) => applied[i]?.name === name)
+  }).catch(() => false)
 }
 
 /**
