@@ -34,19 +34,28 @@ export function createLastUse(
   let failedAt = Number.NEGATIVE_INFINITY
 
   async function write(batch: Map<string, number>): Promise<void> {
-    const ids = [...batch.keys()]
-    // Both as text arrays: the driver sends a JS array as text[] (sql.ts).
-    const ats = ids.map((id) => new Date(batch.get(id) ?? 0).toISOString())
+    // Each as a text array, as the driver sends a JS array (sql.ts), and made by `push`, as the
+    // creates' are: this statement, the first after the warm-up (a token's first use), otherwise
+    // sent values of other shapes and threw away the driver's compiled code for every statement.
+    const ids: string[] = []
+    const ats: string[] = []
+    // A row written at `before` or later holds a use less than `everyMs` old: left as it is.
+    const before: string[] = []
+    for (const [id, at] of batch) {
+      ids.push(id)
+      ats.push(new Date(at).toISOString())
+      before.push(new Date(at - everyMs).toISOString())
+    }
     try {
       // The rows not updated answer with the time another write left there.
       const rows = await withDeadline(
         sql<{ id: string; at: number }[]>`
           with used as (
-            select * from unnest(${ids}::text[]::bigint[], ${ats}::text[]::timestamptz[]) as u (id, at)),
+            select * from unnest(${ids}::text[]::bigint[], ${ats}::text[]::timestamptz[],
+              ${before}::text[]::timestamptz[]) as u (id, at, before)),
           updated as (
             update api_tokens t set last_used_at = used.at from used
-            where t.id = used.id and (t.last_used_at is null
-              or t.last_used_at <= used.at - ${everyMs} * interval '1 millisecond')
+            where t.id = used.id and (t.last_used_at is null or t.last_used_at <= used.before)
             returning t.id, t.last_used_at)
           select t.id::text, (extract(epoch from coalesce(updated.last_used_at, t.last_used_at))
             * 1000)::float8 as at
