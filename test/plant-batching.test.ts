@@ -296,3 +296,71 @@ describe('the statements of a batch on a connection', () => {
     assert.equal(end.seq, start.seq, 'the read of stored ids scanned the whole table')
   })
 })
+
+describe("the warm-up's creates (echo)", () => {
+  const slots = openStatementSlots(db.url, quietLog, contractLimits.batch.maxInFlight)
+  after(() => Promise.all(slots.map((slot) => slot.end())))
+  let counted = 0
+  const batching = batchOnSlots(
+    slots,
+    contractLimits.batch,
+    () => ({ shape: 'unnest' }),
+    undefined,
+    {
+      statementRan: () => {
+        counted++
+      },
+    },
+  )
+  const storedOf = async (ids: bigint[]) =>
+    (await db.sql`select id::text from plants where id = any(${ids.map(String)}::int8[])`).map(
+      (r) => r.id as string,
+    )
+
+  test('while the warm-up echoes, creates go through the database and are answered created, none stored, their statements reported to its hooks alone', async () => {
+    let warmCounted = 0
+    batching.echo({
+      statementRan: () => {
+        warmCounted++
+      },
+    })
+    const ids = Array.from({ length: 5 }, () => BigInt(uniqueId()))
+    const outcomes = await Promise.all(
+      ids.map((id, i) => batching.create(plant(id, `echoed ${i}`, i % 2 ? 'tag' : undefined), 'w')),
+    )
+    batching.echo(undefined)
+    assert.deepEqual(
+      outcomes,
+      ids.map((_, i) => ({
+        kind: 'created',
+        plant: i % 2 ? { name: `echoed ${i}`, tag: 'tag' } : { name: `echoed ${i}` },
+      })),
+    )
+    assert.deepEqual(await storedOf(ids), [])
+    assert.ok(warmCounted >= 1, 'the warm-up heard its statements')
+    assert.equal(counted, 0, 'the service counted none of them')
+    const id = BigInt(uniqueId())
+    assert.equal((await batching.create(plant(id, 'a client'), 'client')).kind, 'created')
+    assert.deepEqual(await storedOf([id]), [String(id)])
+    assert.equal(counted, 1, 'a client create is counted again')
+  })
+
+  test('a warm-up create still waiting when the warm-up ends is never stored, even in one statement with a client create', async () => {
+    batching.echo({})
+    // Both slots busy, so that the two creates wait and leave together.
+    const busy = Array.from({ length: contractLimits.batch.maxInFlight }, () =>
+      batching.probe((sql) => sql`select pg_sleep(0.3)`, performance.now() + 5_000),
+    )
+    const warmId = BigInt(uniqueId())
+    const clientId = BigInt(uniqueId())
+    const warm = batching.create(plant(warmId, 'warm-up'), 'w')
+    batching.echo(undefined)
+    const client = batching.create(plant(clientId, 'client'), 'client')
+    assert.equal(batching.load().queued, 2)
+    await Promise.all(busy)
+    const [warmOutcome, clientOutcome] = await Promise.all([warm, client])
+    assert.equal(warmOutcome.kind, 'fault')
+    assert.deepEqual(clientOutcome, { kind: 'created', plant: { name: 'client' } })
+    assert.deepEqual(await storedOf([warmId, clientId]), [String(clientId)])
+  })
+})
