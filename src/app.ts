@@ -39,8 +39,6 @@ export type AppDeps = {
   readonly leaving?: () => string | undefined
   /** A span per request and per statement (OTEL_EXPORTER_OTLP_ENDPOINT). */
   readonly spans?: Spans | undefined
-  /** How long a create may wait for the database; by default a request's deadline. */
-  readonly databaseDeadlineMs?: number
 }
 
 /** `GET /metrics`, when metrics are on. */
@@ -75,7 +73,6 @@ export function createApp({
   citusWorker = false,
   leaving = () => undefined,
   spans,
-  databaseDeadlineMs = limits.database.request - limits.database.answerMargin,
 }: AppDeps): Server {
   const openapi = buildOpenApiDocument()
   metrics.watch({
@@ -91,7 +88,7 @@ export function createApp({
         tokens,
         tokenUsed,
         store,
-        databaseDeadlineMs,
+        databaseDeadlineMs: limits.database.request - limits.database.answerMargin,
         createAnswered: metrics.createAnswered,
         authFailures:
           settings.authFailureLimit === undefined

@@ -1,47 +1,33 @@
 import { Agent, request } from 'node:http'
 import { type AppSettings, createApp } from './app.ts'
 import type { TokenCache, TokenEntry } from './auth/token-cache.ts'
-import { base62, generateToken } from './auth/tokens.ts'
+import { generateToken } from './auth/tokens.ts'
 import { listen } from './http/lifecycle.ts'
 import { limits } from './limits.ts'
 import { createLog, describeError, type Log, type LogLevel } from './log.ts'
 import { type Metrics, warmUpMetrics } from './metrics/metrics.ts'
-import type { EchoHooks } from './plants/slot-batching.ts'
+import { createdOutcome, echoBatch, type NewRow } from './plants/batch-sql.ts'
+import { createBatcher } from './plants/batcher.ts'
 import type { PlantStore } from './plants/store.ts'
 
 // A fresh process runs its first creates several times slower than later ones: V8 has compiled
 // nothing of their path yet, and its heap is still small. A new instance in a rolling deploy
 // meets its share of the traffic in exactly that state. So before the instance listens, creates
-// are run through a private copy of the HTTP application onto the service's own store, whose
-// batching sends them as clients' creates will go, each batch's rows read back by the database
-// instead of inserted (the store's `echo`): nothing is stored.
+// are run through a private copy of the HTTP application, whose store sends each batch through
+// the service's own connections as a statement that stores nothing.
 
 // The creates are shaped as clients' are, so that the code V8 compiles for them is the code that
 // serves the first clients, not code it throws away at their first request (BENCHMARKS.md, "The
 // warm-up's creates shaped as clients' are"): a token of the real shape, checksum and all, known
 // only to this process; the token's name made at run time, as a name read from the database is;
 // each create's name a string of its own, and a third of them without a tag.
-const warmToken = tokenOfLargeChecksum()
+const warmToken = generateToken()
 const entry: TokenEntry = {
   id: '0',
   name: Buffer.from('warm-up').toString(),
   expiresAt: null,
   endsAt: null,
   lastUsedAt: 0,
-}
-
-/**
- * A token whose checksum (6 base62 digits, up to 2^32) is at least 2^31: `failsChecksum` then
- * meets arithmetic past V8's small integers during the warm-up, as three clients' tokens in four
- * make it, and its code compiled for them serves any token.
- */
-function tokenOfLargeChecksum(): string {
-  for (;;) {
-    const token = generateToken()
-    let checksum = 0
-    for (const c of token.slice(-6)) checksum = checksum * 62 + base62.indexOf(c)
-    if (checksum >= 2 ** 31) return token
-  }
 }
 
 /** A token cache that knows the warm-up token alone. */
@@ -97,20 +83,48 @@ const layouts: ((host: string, length: number, id: number) => Record<string, str
 ]
 
 /**
+ * A store that stores nothing: each batch, through the service's own batcher, is sent through
+ * `store`'s statement slots (its probe) as a statement that reads its rows back
+ * (`echoBatch`, the insert's arrays), and each create is answered as created, in the outcome a
+ * stored create has (`createdOutcome`); its probe is `store`'s own. (Inserting the batches in
+ * transactions rolled back at once, the insert's own code, made a new instance's first second
+ * slower, not faster: BENCHMARKS.md, same section.)
+ */
+function echoStore(store: PlantStore, statementRan: Metrics['statementRan']): PlantStore {
+  const batcher = createBatcher(
+    async (rows: readonly NewRow[]) => {
+      const echoed = await store.probe(
+        (sql) => echoBatch(sql, rows),
+        performance.now() + limits.database.connect,
+      )
+      return echoed.map(createdOutcome)
+    },
+    limits.batch,
+    { statementRan },
+  )
+  return {
+    create: (plant, createdBy, expiresAt, trace) =>
+      batcher.submit({ plant, createdBy, trace }, expiresAt),
+    probe: store.probe,
+    load: batcher.load,
+    diskFull: () => undefined,
+    checkDisk: async () => undefined,
+  }
+}
+
+/**
  * Sends `creates` creates through a private copy of the service's HTTP application on a port of
  * its own on 127.0.0.1: first `atOnce` of them at once, each on a new connection (what a new
  * instance meets when a balancer's or a load's connections reach it: accepting them, each one's
  * parser and first request), then the rest `connections` at a time on kept-alive connections.
- * The same code as the service's (parser, token check, validation, `store`'s batching, slots,
- * driver and `storeBatch`, answers, the request log formatted at `level`, the metrics counted on
- * a registry of their own), with nothing stored, logged or counted: `store` must echo meanwhile.
- * Each create may wait for the database as long as a connection may take to open.
+ * The same code as the service's (parser, token check, validation, batcher, the driver on
+ * `store`'s connections, answers, the request log formatted at `level`, the metrics counted on
+ * a registry of their own), with nothing stored, logged or counted.
  * Resolves with the time it took, the creates sent, the connections the copy accepted at once,
  * and the status of the first not answered 200, which ends it.
  */
 async function warmUp(
   store: PlantStore,
-  metrics: Metrics,
   settings: AppSettings,
   level: LogLevel,
   creates: number,
@@ -127,9 +141,11 @@ async function warmUp(
     creates,
     Math.floor((settings.maxConnections ?? Number.POSITIVE_INFINITY) / 2),
   )
+  // The metrics' code is warmed too, on a registry of its own that nothing reads (BENCHMARKS.md,
+  // "A fresh instance's metrics").
+  const metrics = warmUpMetrics()
   const server = createApp({
-    store,
-    databaseDeadlineMs: limits.database.connect,
+    store: echoStore(store, metrics.statementRan),
     tokens: warmTokens,
     log: createLog(level, () => {}),
     metrics,
@@ -200,11 +216,7 @@ async function warmUp(
  * to report: the start goes on, and says so.
  */
 export async function warmBeforeServing(
-  plants: {
-    readonly store: PlantStore
-    readonly ready: (times: number) => Promise<void>
-    readonly echo: (hooks: EchoHooks | undefined) => void
-  },
+  plants: { readonly store: PlantStore; readonly ready: (times: number) => Promise<void> },
   settings: AppSettings & { readonly logLevel: LogLevel },
   log: Log,
   { creates, statements }: { readonly creates: number; readonly statements: number },
@@ -223,14 +235,7 @@ export async function warmBeforeServing(
         error: describeError(err),
       }),
     )
-  // Every create made while the store echoes is the warm-up's, and stays so: one still waiting
-  // when it ends is never stored either. The metrics' code is warmed too, on a registry of its
-  // own that nothing reads (BENCHMARKS.md, "A fresh instance's metrics").
-  const metrics = warmUpMetrics()
-  plants.echo({ statementRan: metrics.statementRan })
-  const warm = await warmUp(plants.store, metrics, settings, settings.logLevel, creates).finally(
-    () => plants.echo(undefined),
-  )
+  const warm = await warmUp(plants.store, settings, settings.logLevel, creates)
   if (warm.failedStatus !== undefined)
     log.warn('warm-up ended early: a create through the private copy was not answered 200', {
       status: warm.failedStatus,

@@ -6,8 +6,7 @@ export const tokenPrefix = 'pst_'
 /** Token names: what logs and `plants.created_by` show. */
 export const tokenNamePattern = /^[A-Za-z0-9._-]{1,64}$/
 
-/** The digits of a token's random part and checksum. */
-export const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 
 /** Random characters of a token: 43 of base62 are 256 bits (43 × log2 62 = 256.03). */
 const randomLength = 43

@@ -37,11 +37,6 @@ export type NewRow = {
   readonly createdBy: string
   /** The trace of the request that sent it, which the statement's span links. */
   readonly trace?: Trace | undefined
-  /**
-   * A warm-up's create (src/warm-up.ts): sent through the database as a create's row is, and
-   * read back without being stored (`storeBatch`'s `echo`).
-   */
-  readonly echo?: boolean
 }
 
 type Stored = { name: string; tag: string | null }
@@ -51,7 +46,7 @@ function toPlant(row: Stored): Plant {
 }
 
 /** A create's outcome when its row was inserted. */
-function createdOutcome(row: Stored): StoredOutcome {
+export function createdOutcome(row: Stored): StoredOutcome {
   return { kind: 'created', plant: toPlant(row) }
 }
 
@@ -82,42 +77,15 @@ function insertValues(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }
     returning id::text`
 }
 
-/**
- * A batch's four columns as the arrays an `unnest` statement takes, made in one pass. Built by
- * `push`, not `map`: an array that `map` makes has another elements kind (another hidden class)
- * once V8 has compiled its caller, and the driver's code that reads the arrays, compiled for the
- * first, was thrown away at the first create after the warm-up (BENCHMARKS.md, "The warm-up
- * through the creates' own batching").
- */
-function columnsOf(rows: readonly NewRow[]) {
-  const ids: string[] = []
-  const names: string[] = []
-  const tags: (string | null)[] = []
-  const createdBy: string[] = []
-  for (const r of rows) {
-    ids.push(r.plant.id.toString())
-    names.push(r.plant.name)
-    tags.push(r.plant.tag ?? null)
-    createdBy.push(r.createdBy)
-  }
-  return { ids, names, tags, createdBy }
-}
-
-/**
- * Inserts `rows` as one statement of arrays (`unnest`), the same text whatever their number; with
- * `echo`, the same arrays are only read back (nothing is stored, no transaction id is taken).
- */
-function insertUnnest(sql: Sql, rows: readonly NewRow[], echo = false): Promise<{ id: string }[]> {
-  const { ids, names, tags, createdBy } = columnsOf(rows)
-  if (echo)
-    return sql<{ id: string }[]>`
-      select id::text from unnest(
-        ${ids}::int8[], ${names}::text[], ${tags}::text[], ${createdBy}::text[]
-      ) as t(id, name, tag, created_by)`
+/** Inserts `rows` as one statement of arrays (`unnest`), the same text whatever their number. */
+function insertUnnest(sql: Sql, rows: readonly NewRow[]): Promise<{ id: string }[]> {
   return sql<{ id: string }[]>`
     insert into plants (id, name, tag, created_by)
     select * from unnest(
-      ${ids}::int8[], ${names}::text[], ${tags}::text[], ${createdBy}::text[]
+      ${rows.map((r) => r.plant.id.toString())}::int8[],
+      ${rows.map((r) => r.plant.name)}::text[],
+      ${rows.map((r) => r.plant.tag ?? null)}::text[],
+      ${rows.map((r) => r.createdBy)}::text[]
     )
     on conflict (id) do nothing
     returning id::text`
@@ -138,6 +106,21 @@ function selectStored(sql: Sql, ids: readonly string[]): Promise<(Stored & { id:
 export async function readyForBatches(sql: Sql, path: BatchPath): Promise<void> {
   if (path.shape === 'unnest') await insertUnnest(sql, [])
   await selectStored(sql, [])
+}
+
+/**
+ * Sends `rows` through the database and back without storing them: a statement of arrays, as a
+ * batch's, whose rows are read back. What a warm-up sends, so that the driver's code for a
+ * batch and its rows runs before the first create.
+ */
+export function echoBatch(sql: Sql, rows: readonly NewRow[]): Promise<Stored[]> {
+  return sql<Stored[]>`
+    select name, tag from unnest(
+      ${rows.map((r) => r.plant.id.toString())}::int8[],
+      ${rows.map((r) => r.plant.name)}::text[],
+      ${rows.map((r) => r.plant.tag ?? null)}::text[],
+      ${rows.map((r) => r.createdBy)}::text[]
+    ) as t(id, name, tag, created_by)`
 }
 
 /**
@@ -180,13 +163,10 @@ export async function storeBatch(
   sql: Sql,
   batch: readonly NewRow[],
   path: BatchPath,
-  /** The warm-up's batch: its rows read back through the database as if inserted, none stored. */
-  echo = false,
 ): Promise<(StoredOutcome | Error)[]> {
   const { shape, placementOf } = path
-  // Each id's text once, as the key of every map below (by `push`: see `columnsOf`).
-  const keys: string[] = []
-  for (const row of batch) keys.push(row.plant.id.toString())
+  // Each id's text once, as the key of every map below.
+  const keys = batch.map((row) => row.plant.id.toString())
   const first = new Map<string, NewRow>()
   for (let i = 0; i < batch.length; i++) {
     const key = keys[i] as string
@@ -195,8 +175,7 @@ export async function storeBatch(
   const unique = [...first.values()]
   let failed = new Map<string, Error>()
   let inserted: { id: string }[]
-  if (echo) inserted = await insertUnnest(sql, unique, true)
-  else if (shape === 'values' && placementOf !== undefined) {
+  if (shape === 'values' && placementOf !== undefined) {
     const routed = await insertRouted(sql, unique, placementOf)
     inserted = routed.inserted
     failed = routed.failed

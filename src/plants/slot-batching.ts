@@ -24,8 +24,6 @@ function spanned<O>(
   database: () => DatabaseFacts,
 ): (batch: readonly NewRow[], slot: number) => Promise<O> {
   return async (batch, slot) => {
-    // The warm-up's statements are no one's: never traced.
-    if (batch[0]?.echo === true) return send(batch, slot)
     const span = spans.statement(
       batch.map((row) => row.trace),
       { rows: batch.length, slot, database: database() },
@@ -40,55 +38,6 @@ function spanned<O>(
       throw err
     }
   }
-}
-
-/** The hooks that report the database's work (metrics, gaps), not the warm-up's. */
-const reporting = ['statementRan', 'through', 'refused', 'held', 'heldEnded', 'expired'] as const
-
-/** What the warm-up's statements report to instead (`echo`): its own metrics' registry. */
-export type EchoHooks = Pick<BatchHooks, 'statementRan'>
-
-/**
- * `hooks` with those that report (`reporting`) going to `echo()`'s instead while it gives some:
- * the warm-up's statements are neither counted nor logged as the database's.
- */
-function asideWhile<H extends Omit<BatchHooks, keyof SlotPolicy>>(
-  echo: () => EchoHooks | undefined,
-  hooks: H,
-): H {
-  const aside: Record<string, unknown> = { ...hooks }
-  for (const name of reporting) {
-    const hook = hooks[name] as ((...args: never[]) => void) | undefined
-    if (hook !== undefined)
-      aside[name] = (...args: never[]) => {
-        const instead = echo()
-        // One call for both: the code compiled during the warm-up calls the hook after it.
-        const target =
-          instead === undefined
-            ? hook
-            : (instead[name as keyof EchoHooks] as ((...args: never[]) => void) | undefined)
-        target?.(...args)
-      }
-  }
-  return aside as H
-}
-
-/**
- * A batch holding both warm-up creates and clients' (never formed while the warm-up runs as it
- * does: its creates are all answered before the instance listens): the clients' stored, the
- * warm-up's refused, never sent.
- */
-async function storeApart(
-  store: (batch: readonly NewRow[]) => Promise<(CreateOutcome | Error)[]>,
-  batch: readonly NewRow[],
-): Promise<(CreateOutcome | Error)[]> {
-  const stored = await store(batch.filter((row) => row.echo !== true))
-  let next = 0
-  return batch.map((row) =>
-    row.echo === true
-      ? new Error('a warm-up create outlived the warm-up: not sent')
-      : (stored[next++] ?? new Error('a create got no outcome')),
-  )
 }
 
 /** What `batchOnSlots` hears besides the slot policy's hooks. */
@@ -120,22 +69,11 @@ export function batchOnSlots(
     return s.forStatement()
   }
   const createDeadline = contractLimits.database.request - contractLimits.database.answerMargin
-  // While the warm-up runs (`echo`), its creates take the same path as clients' will, batcher,
-  // slots, driver and `storeBatch`, so that the code V8 compiles for them is the code that serves
-  // the clients; only their statement reads the rows back instead of inserting them.
-  let echoing: EchoHooks | undefined
-  const send = (batch: readonly NewRow[], slot: number) => {
-    let echoes = 0
-    for (const row of batch) if (row.echo === true) echoes++
-    if (echoes > 0 && echoes < batch.length)
-      return storeApart((rows) => storeBatch(slotSql(slot), rows, path()), batch)
-    // One call for both, so that the warm-up's is the clients'.
-    return storeBatch(slotSql(slot), batch, path(), echoes > 0)
-  }
+  const send = (batch: readonly NewRow[], slot: number) => storeBatch(slotSql(slot), batch, path())
   const batcher = createBatcher(
     spans === undefined ? send : spanned(send, spans.spans, spans.database),
     limits,
-    { ...asideWhile(() => echoing, hooks), ...policy },
+    { ...hooks, ...policy },
     clock,
   )
   return Object.freeze({
@@ -145,19 +83,11 @@ export function batchOnSlots(
       createdBy: string,
       expiresAt = clock.now() + createDeadline,
       trace?: Trace,
-    ): Promise<CreateOutcome> =>
-      batcher.submit({ plant, createdBy, trace, echo: echoing !== undefined }, expiresAt),
+    ): Promise<CreateOutcome> => batcher.submit({ plant, createdBy, trace }, expiresAt),
     probe: <T>(work: (sql: Sql) => Promise<T>, expiresAt: number): Promise<T> =>
       batcher.probe((slot) => work(slotSql(slot)), expiresAt),
     load: batcher.load,
     queued: batcher.queued,
-    /**
-     * While `hooks` are given, each create is the warm-up's: read back through the database, never
-     * stored, and its statements reported to `hooks` alone, never traced.
-     */
-    echo: (hooks: EchoHooks | undefined) => {
-      echoing = hooks
-    },
     /**
      * Opens every slot's connection and prepares the batch statements there, before the first
      * create would pay for it (at start, before the instance says it is ready); run `times`

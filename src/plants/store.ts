@@ -13,7 +13,7 @@ import type { BatchLimits } from './batcher.ts'
 import type { WritePath } from './citus.ts'
 import { type DiskFull, type GapMetrics, gapHooks } from './gaps.ts'
 import type { NewPlant } from './schema.ts'
-import { batchOnSlots, type EchoHooks, type SlotHooks } from './slot-batching.ts'
+import { batchOnSlots, type SlotHooks } from './slot-batching.ts'
 
 export type { BatchLimits } from './batcher.ts'
 
@@ -75,12 +75,6 @@ type Opened = {
   close: () => Promise<void>
   /** Opens the connections and prepares the statements that the first creates would wait for. */
   ready: (times?: number) => Promise<void>
-  /**
-   * While `hooks` are given, every create is the warm-up's (src/warm-up.ts): sent as a client's
-   * is, read back through the database instead of stored, its statements reported to `hooks`
-   * alone (never counted, traced or logged as the database's).
-   */
-  echo: (hooks: EchoHooks | undefined) => void
 }
 
 /** One batching on slots of its own, which its owner can cut. */
@@ -164,7 +158,6 @@ function openBatching(
       await Promise.all(slots.map((slot) => slot.end()))
     },
     ready: batching.ready,
-    echo: batching.echo,
     cut: (reason) => slots.reduce((sockets, slot) => sockets + slot.cut(reason), 0),
     queued: batching.queued,
   }
@@ -265,10 +258,7 @@ function openRoutedStore(
       { group, node, was, sockets },
     )
   })
-  // The warm-up's creates all go through this group's batching, the one opened at start.
-  let echoing = false
   const storeOf = (plant: NewPlant): PlantStore => {
-    if (echoing) return ownBatching.store
     const group = writePath().placementOf?.(plant.id).group ?? own
     if (group === own || primaries.of(group) === undefined) return ownBatching.store
     let opened = others.get(group)
@@ -296,9 +286,5 @@ function openRoutedStore(
     },
     // The other groups' batchings open when their first create comes.
     ready: ownBatching.ready,
-    echo(hooks) {
-      echoing = hooks !== undefined
-      ownBatching.echo(hooks)
-    },
   }
 }
