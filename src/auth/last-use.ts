@@ -34,9 +34,9 @@ export function createLastUse(
   let failedAt = Number.NEGATIVE_INFINITY
 
   async function write(batch: Map<string, number>): Promise<void> {
-    // Each as a text array, as the driver sends a JS array (sql.ts), and made by `push`, as the
-    // creates' are: this statement, the first after the warm-up (a token's first use), otherwise
-    // sent values of other shapes and threw away the driver's compiled code for every statement.
+    // Each as a text array, as the driver sends a JS array (sql.ts), made by `push`: this
+    // statement, the first after the warm-up (a token's first use), otherwise sent a number
+    // parameter and threw away the driver's compiled code for every statement.
     const ids: string[] = []
     const ats: string[] = []
     // A row written at `before` or later holds a use less than `everyMs` old: left as it is.
