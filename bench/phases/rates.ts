@@ -38,6 +38,31 @@ function medians(rows: LatencyFigures[]): RateFigures {
 }
 
 /**
+ * The targets in the order of one round: shuffled (Fisher-Yates on a generator seeded with
+ * `seed`, the same each time), so that no target always runs right after the same other one,
+ * as an order that only rotates keeps it (the service always ran right after pgbench:
+ * BENCHMARKS.md, "A target's place in the rates part").
+ */
+export function roundOrder<T>(targets: readonly T[], seed: number): T[] {
+  const order = [...targets]
+  // mulberry32: small, and the same sequence on every runtime.
+  let state = Math.floor(seed * 1_000_003) | 0
+  const next = () => {
+    state = (state + 0x6d2b79f5) | 0
+    let t = Math.imul(state ^ (state >>> 15), 1 | state)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32
+  }
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(next() * (i + 1))
+    const a = order[i] as T
+    order[i] = order[j] as T
+    order[j] = a
+  }
+  return order
+}
+
+/**
  * Latency at fixed rates, as clients meet a service below its peak: requests on a schedule
  * whatever the answers (bench/open-loop.c, 256 keep-alive connections, latency from each
  * request's due time), at 5 to 75 % of the service's peak (`peak`, or measured here with wrk
@@ -48,7 +73,7 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * Each target first serves `settleSeconds` at a quarter of the peak, not counted, so that the
  * rates compare steady states (V8 goes on compiling for a new instance's first thousands of
  * creates; a fresh instance is the last part's). Each run follows a `TRUNCATE` and a
- * `CHECKPOINT`; the targets' order rotates each round.
+ * `CHECKPOINT`; the targets' order is shuffled each round (`roundOrder`).
  * Then `freshRuns` new instances each take `freshSeconds` at 10 % as soon as `/readyz` says 200,
  * against the same instance's steady figures after.
  */
@@ -157,9 +182,8 @@ export async function ratesPhase(
     const rate = Math.round(peakRps * share)
     const rows = new Map<string, LatencyFigures[]>(targets.map((t) => [t.name, []]))
     for (let round = 0; round < options.runs; round++) {
-      const order = targets.map((_, i) => targets[(i + round) % targets.length] ?? targets[0])
+      const order = roundOrder(targets, round + share)
       for (const target of order) {
-        if (target === undefined) continue
         rows.get(target.name)?.push(await runOnce(target, rate))
       }
     }
