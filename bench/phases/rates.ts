@@ -1,3 +1,4 @@
+import { seeded, shuffled } from '../../test/helpers/history.ts'
 import { type Bench, f, median, say } from '../bench.ts'
 import {
   type LatencyFigures,
@@ -44,22 +45,7 @@ function medians(rows: LatencyFigures[]): RateFigures {
  * BENCHMARKS.md, "A target's place in the rates part").
  */
 export function roundOrder<T>(targets: readonly T[], seed: number): T[] {
-  const order = [...targets]
-  // mulberry32: small, and the same sequence on every runtime.
-  let state = Math.floor(seed * 1_000_003) | 0
-  const next = () => {
-    state = (state + 0x6d2b79f5) | 0
-    let t = Math.imul(state ^ (state >>> 15), 1 | state)
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32
-  }
-  for (let i = order.length - 1; i > 0; i--) {
-    const j = Math.floor(next() * (i + 1))
-    const a = order[i] as T
-    order[i] = order[j] as T
-    order[j] = a
-  }
-  return order
+  return shuffled(targets, seeded(Math.floor(seed * 1_000_003)))
 }
 
 /**

@@ -12,6 +12,7 @@ import {
   type Sent,
   seeded,
   sendCreate,
+  shuffled,
   unavailableByFault,
 } from '../helpers/history.ts'
 import { partition, partitionUnavailable } from '../helpers/partition.ts'
@@ -141,11 +142,10 @@ const failover: Fault = {
 
 /** The seeded order: the six faults shuffled, then the failover when the seed says so. */
 function plan(random: () => number, partitions: boolean): Fault[] {
-  const order = faults.filter((f) => partitions || !f.name.includes('partition'))
-  for (let i = order.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1))
-    ;[order[i], order[j]] = [order[j] as Fault, order[i] as Fault]
-  }
+  const order = shuffled(
+    faults.filter((f) => partitions || !f.name.includes('partition')),
+    random,
+  )
   return random() < 0.5 ? [...order, failover] : order
 }
 

@@ -36,6 +36,16 @@ export function seeded(seed: number): () => number {
   }
 }
 
+/** `items` in an order drawn from `random` (Fisher-Yates): the same generator, the same order. */
+export function shuffled<T>(items: readonly T[], random: () => number): T[] {
+  const order = [...items]
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1))
+    ;[order[i], order[j]] = [order[j] as T, order[i] as T]
+  }
+  return order
+}
+
 /**
  * Sends one create through `client` (`keptAliveClient`, on the service's `/plants`) and records
  * how it ended (15 s at most).
