@@ -1,6 +1,10 @@
 import process from 'node:process'
 import { type Config, ConfigError, parseConfig } from './config.ts'
 import { createLog, describeError } from './log.ts'
+import { scavengeOnMainThread } from './scavenge.ts'
+
+// Before anything else runs: young-generation collections on the main thread alone.
+scavengeOnMainThread()
 
 const usage =
   'usage: main.ts [serve] | migrate [up | down [N]] | token create|rotate|list|revoke … | grant ROLE | openapi [FILE]'
