@@ -78,10 +78,11 @@ describe('the judge of a fault history', () => {
     assert.notDeepEqual(take(1), take(2))
   })
 
-  test('503s are counted by the fault they fell in; one in a fault shorter than the deadline, or in none, is a problem', () => {
+  test("503s are counted by the fault they fell in; one in none, or in a fault shorter than the deadline that ended 1 s or more before the create's deadline, is a problem", () => {
     const faults = [
       { fault: 'a fast restart', from: 10_000, to: 11_500 },
       { fault: 'a 10 s partition', from: 20_000, to: 30_000 },
+      { fault: 'a slow restart', from: 50_000, to: 55_800 },
     ]
     const unavailable = (sentAt: number, answeredAt: number) =>
       op({ ending: 503, error: 50301, retryAfter: '1', sentAt, answeredAt })
@@ -92,13 +93,21 @@ describe('the judge of a fault history', () => {
         unavailable(30_500, 36_500),
         unavailable(10_500, 16_500),
         unavailable(40_000, 46_000),
+        // Sent as the slow restart began: its deadline came 200 ms after the restart's end.
+        unavailable(50_000, 55_700),
+        // Sent 1 s into it: 1.2 s of its deadline were left.
+        unavailable(51_000, 56_700),
       ],
       faults,
       { deadlineMs: 6000 },
     )
-    assert.deepEqual(tally, { 'a fast restart': 1, 'a 10 s partition': 2 })
-    assert.equal(problems.length, 2)
+    assert.deepEqual(tally, { 'a fast restart': 1, 'a 10 s partition': 2, 'a slow restart': 2 })
+    assert.equal(problems.length, 3, problems.join('; '))
     assert.match(problems[0] ?? '', /"a fast restart", which lasted 1500 ms/)
     assert.match(problems[1] ?? '', /in no fault/)
+    assert.match(
+      problems[2] ?? '',
+      /"a slow restart", which lasted 5800 ms, .* ended 1200 ms before/,
+    )
   })
 })

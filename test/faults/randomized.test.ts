@@ -254,7 +254,8 @@ describe('a randomized fault run, judged from the whole history', { concurrency:
         deadlineMs: limits.database.request + 1500,
         recoveryMs: 5000,
       })
-      // A fault shorter than the deadline is waited out: a 503 in it is a problem.
+      // A fault shorter than the deadline is waited out: a 503 in it, for a create that had time
+      // left after it, is a problem.
       const byFault = unavailableByFault(history, spans, { deadlineMs: limits.database.request })
       problems.push(...byFault.problems)
       const unresolved = retried.filter(indeterminate)
