@@ -10,6 +10,7 @@ import { type Drive, driveCreates, lostAcknowledgements } from './drive.ts'
 import { type Direction, partition } from './partition.ts'
 import { tokenFor } from './process.ts'
 import { connect, startPrimaryAndStandby } from './replication.ts'
+import { testWarmUp } from './server.ts'
 import { sleep } from './wait.ts'
 
 // A partition run and what must hold of it (issue 20): the service under load, a port of the
@@ -236,11 +237,17 @@ export async function partitionAndRecover(
   }
 }
 
-/** The service in this process on `url` (with `env`), its log lines kept. */
+/**
+ * The service in this process on `url` (with `env`), its log lines kept, with the tests' short
+ * warm-up: the default 10,000 creates, through PgBouncer beside a loaded machine's other files,
+ * took the PgBouncer partition test past its 120 s (2026-12-02).
+ */
 export async function serviceOn(url: string, env: Record<string, string>, t: Cleanup) {
   const logs: Record<string, unknown>[] = []
   const log = createLog('debug', (l) => logs.push(JSON.parse(l) as Record<string, unknown>))
-  const service = await startService(parseConfig({ DATABASE_URL: url, PORT: '0', ...env }), log)
+  const service = await startService(parseConfig({ DATABASE_URL: url, PORT: '0', ...env }), log, {
+    warmUp: testWarmUp,
+  })
   t.after(() => service.close(0))
   return { service, logs }
 }

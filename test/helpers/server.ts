@@ -31,7 +31,7 @@ let counter = 0
  * The warm-up of a service started in a test process: short, since the process has run the
  * same code already (test/warm-up.test.ts runs the service's own, `limits.warmUp`).
  */
-const testWarmUp = { creates: 20, statements: 2 }
+export const testWarmUp = { creates: 20, statements: 2 }
 
 /**
  * Starts the service (`startService`, the one `npm start` runs) with `LOG_LEVEL=debug` on port 0
