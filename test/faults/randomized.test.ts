@@ -159,7 +159,7 @@ if (noPartition !== undefined && process.env.CI === undefined)
 // Each seed runs on servers, ports and a service of its own: the seeds run at once.
 describe('a randomized fault run, judged from the whole history', { concurrency: true }, () => {
   for (const seed of seeds)
-    test(`seed ${seed}: acknowledged = stored, one winner, 40009 only for a real conflict, no row from nowhere, every answer well-formed and within the deadline + 1.5 s, no 503 in a fault shorter than the deadline, the first 200 within 5 s of every heal, every indeterminate create converging on retry`, async (t) => {
+    test(`seed ${seed}: acknowledged = stored, one winner, 40009 only for a real conflict, no row from nowhere, every answer well-formed and within the deadline + 1.5 s, no 503 in a fault shorter than the deadline for a create with 1 s of its deadline left after it, the first 200 within 5 s of every heal, every indeterminate create converging on retry`, async (t) => {
       const random = seeded(seed)
       const order = plan(random, noPartition === undefined || process.env.CI !== undefined)
       const { primary, standby, primaryDir, cleanup } = await startPrimaryAndStandby(t)
