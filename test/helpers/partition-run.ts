@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { Sql } from 'postgres'
 import { parseConfig } from '../../src/config.ts'
 import { limits } from '../../src/limits.ts'
@@ -28,6 +29,8 @@ export type Observed = {
   healedAt: number
   lost: unknown[]
   peakQueued: number
+  /** The longest this process's event loop (the service's and the clients') did not run, ms. */
+  stallMs: number
   logs: Record<string, unknown>[]
 }
 
@@ -82,6 +85,9 @@ export async function partitioned(
   t: Cleanup,
 ): Promise<Observed> {
   let peakQueued = 0
+  const loop = monitorEventLoopDelay({ resolution: 10 })
+  loop.enable()
+  t.after(() => loop.disable())
   const sampler = setInterval(() => {
     peakQueued = Math.max(peakQueued, s.store.load().queued)
   }, 50)
@@ -103,8 +109,10 @@ export async function partitioned(
   await stopReadiness()
   await stopLiveness()
   clearInterval(sampler)
+  loop.disable()
+  const stallMs = loop.max / 1e6
   const lost = await lostAcknowledgements(s.check, drive.acknowledged)
-  return { drive, readiness, liveness, cutAt, healedAt, lost, peakQueued, logs: s.logs }
+  return { drive, readiness, liveness, cutAt, healedAt, lost, peakQueued, stallMs, logs: s.logs }
 }
 
 /** The figures of a partition, for the test's output: ms from the heal, statuses. */
@@ -127,6 +135,7 @@ function figures(o: Observed): string {
     `/readyz 503 ${notReady ? Math.round(notReady.answeredAt - o.cutAt) : 'never'} ms after the cut, 200 ${after(ready?.answeredAt)} after the heal`,
     `statuses ${JSON.stringify([...o.drive.statuses])}`,
     `slowest ${Math.round(o.drive.slowestMs)} ms`,
+    `the event loop stalled up to ${Math.round(o.stallMs)} ms`,
   ].join('; ')
 }
 
