@@ -192,7 +192,7 @@ describe('the objects of a create, in the service as npm start runs it, against 
       // Past the first creates (code still being optimised), 6 s counted at a time.
       await within(15_000, () => running.count() >= 2000)
       const measured: string[] = []
-      // The window with the fewest bytes promoted a create.
+      // The window under the bound, or else the one with the fewest bytes promoted a create.
       let best: { perCreate: number; scavenges: number[]; creates: number } | undefined
       for (let window = 1; window <= windows; window++) {
         const since = performance.now()
@@ -229,9 +229,12 @@ describe('the objects of a create, in the service as npm start runs it, against 
         // bytes a create in one window of each of two CI runs, 6 to 16 in every other window
         // measured); the test fails only if every window is over, as an object the service kept
         // for each create would make them.
-        if (best === undefined || perCreate < best.perCreate)
-          best = { perCreate, scavenges, creates }
-        if (perCreate < 64 && scavenges.length >= 3) break
+        const measuredWindow = { perCreate, scavenges, creates }
+        if (perCreate < 64 && scavenges.length >= 3) {
+          best = measuredWindow
+          break
+        }
+        if (best === undefined || perCreate < best.perCreate) best = measuredWindow
         // What a stall's creates held is promoted by the next scavenges or two, in the next 6 s
         // if they start at once: 2 s to let it go first.
         await sleep(2000)
