@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { after, describe, test } from 'node:test'
 import { limits } from '../src/limits.ts'
 import { createTestDatabase } from './helpers/database.ts'
@@ -31,7 +32,7 @@ describe('database faults', () => {
     assert.equal((await db.sql`select 1 from plants where id = ${id}`).length, 1)
   })
 
-  test('a database that stops answering: creates in flight and waiting alike are answered 503 at the 6 s deadline, not later', async () => {
+  test('a database that stops answering: creates in flight and waiting alike are answered 503 at the 6 s deadline, not later', async (t) => {
     const db = await createTestDatabase({ after })
     const proxy = await startTcpProxy(db.url)
     after(() => proxy.close())
@@ -50,6 +51,13 @@ describe('database faults', () => {
     // connection closes: only the service's own deadline answers a statement in flight or a
     // create still waiting. (A connection the pool opens meanwhile fails at its 3 s connect
     // timeout; its creates are held and sent again, and the deadline answers them too.)
+    // The service's deadline is a timer in this process, beside the client and, in the suite,
+    // other test files on the same cores: a timer is late by as long as the event loop stood
+    // still, so the bound is the deadline plus the longest stall measured meanwhile (in CI,
+    // 2026-12-02, answers came 0 to 20 ms past 6 s with stalls of 460 to 850 ms in other files).
+    const loop = monitorEventLoopDelay({ resolution: 10 })
+    loop.enable()
+    after(() => loop.disable())
     proxy.freeze()
     const answers = await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
@@ -65,8 +73,13 @@ describe('database faults', () => {
         return { status: res.status, error: body.error, ms: performance.now() - started, reason }
       }),
     )
+    loop.disable()
+    const stallMs = loop.max / 1e6
     await proxy.cut()
-    const shown = JSON.stringify(answers)
+    const shown = `${JSON.stringify(answers)}; the event loop stalled up to ${Math.round(stallMs)} ms`
+    t.diagnostic(
+      `answered ${Math.round(Math.min(...answers.map((a) => a.ms)))} to ${Math.round(Math.max(...answers.map((a) => a.ms)))} ms after sending; the event loop stalled up to ${Math.round(stallMs)} ms`,
+    )
     for (const a of answers) {
       assert.deepEqual([a.status, a.error], [503, 50301], shown)
       assert.match(String(a.reason), /deadline/, shown)
@@ -74,7 +87,7 @@ describe('database faults', () => {
         a.ms >= limits.database.request - limits.database.answerMargin - 100,
         `before the deadline: ${shown}`,
       )
-      assert.ok(a.ms <= limits.database.request, `after the deadline: ${shown}`)
+      assert.ok(a.ms <= limits.database.request + stallMs, `after the deadline: ${shown}`)
     }
     assert.equal(s.store.load().queued, 0)
   })
