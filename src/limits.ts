@@ -40,6 +40,16 @@ export const limits = {
      * would otherwise leave retransmitting for minutes.
      */
     cutLoose: 6_500,
+    /**
+     * Sooner than `cutLoose`: a statement unanswered this long whose connection holds bytes the
+     * server's kernel has not acknowledged, seen twice 250 ms apart, is cut loose the same way.
+     * The kernel acknowledges within a round trip whatever the server is doing, so this is a
+     * network that lets nothing through; cut loose, its statement is sent again on a new
+     * connection, which gets through once the network is back, where the kernel's own
+     * retransmission would come up to twice the partition's length after the send (Linux only:
+     * src/db/reach/unacknowledged.ts).
+     */
+    unacknowledged: 1_000,
     /** Giving up on opening a connection. */
     connect: 3_000,
     /** `GET /readyz` gives the database this long to answer. */

@@ -290,6 +290,62 @@ describe('createBatcher', () => {
     assert.equal(await third, 30)
   })
 
+  test('a statement unanswered for silentAfterMs is asked about every 250 ms, one question at a time, and reported stuck as soon as silent says so, once; a statement answered meanwhile is not', async () => {
+    const { store, releaseAll } = gatedStore()
+    const { clock, advance } = manualClock()
+    const stuck: { slot: number; at: number; ms: number; unacknowledged: boolean }[] = []
+    const asked: { slot: number; at: number; answer: (yes: boolean) => void }[] = []
+    const b = createBatcher(
+      store,
+      { maxBatch: 1, maxInFlight: 1, maxQueued: 10 },
+      {
+        stuckAfterMs: 10_000,
+        stuck: (slot, why) => stuck.push({ slot, at: clock.now(), ...why }),
+        silentAfterMs: 1000,
+        silent: (slot) =>
+          new Promise<boolean>((answer) => asked.push({ slot, at: clock.now(), answer })),
+      },
+      clock,
+    )
+    const start = clock.now()
+    const first = b.submit(1, start + 20_000)
+    await advance(999)
+    assert.equal(asked.length, 0, 'asked before silentAfterMs')
+    await advance(1)
+    assert.deepEqual(
+      asked.map((a) => a.at - start),
+      [1000],
+    )
+    await advance(500)
+    assert.equal(asked.length, 1, 'asked again before the first answer')
+    asked[0]?.answer(false)
+    await advance(250)
+    assert.equal(asked.length, 2)
+    assert.equal(stuck.length, 0, 'reported on a no')
+    await advance(100)
+    asked[1]?.answer(true)
+    await advance(0)
+    assert.deepEqual(stuck, [{ slot: 0, at: start + 1850, ms: 1850, unacknowledged: true }])
+    await advance(10_000)
+    assert.equal(stuck.length, 1, 'reported twice')
+    assert.equal(asked.length, 2, 'asked after the report')
+    releaseAll()
+    assert.equal(await first, 10)
+
+    // A yes that comes after the statement was answered is about another statement: ignored.
+    const second = b.submit(2, clock.now() + 20_000)
+    await advance(1000)
+    assert.equal(asked.length, 3)
+    releaseAll()
+    assert.equal(await second, 20)
+    const third = b.submit(3, clock.now() + 20_000)
+    asked[2]?.answer(true)
+    await advance(0)
+    assert.equal(stuck.length, 1, 'a late yes reported the next statement')
+    releaseAll()
+    assert.equal(await third, 30)
+  })
+
   test('a probe still waiting for a slot at its deadline is rejected as unavailable (deadline) at that moment, and never runs', async () => {
     const { store, releaseAll } = gatedStore()
     const { clock, advance } = manualClock()

@@ -92,6 +92,7 @@ describe("the README's tables hold to the code's", () => {
       'open connections': null,
       'database statement': [s(limits.database.statement), `at most ${s(limits.database.request)}`],
       'a statement with no answer for': [`for ${s(limits.database.cutLoose)}`],
+      'a statement unanswered for': [`for ${s(limits.database.unacknowledged)}`],
       'opening a database connection': [s(limits.database.connect)],
       '`/readyz`': [`within ${s(limits.database.readiness)}`],
       'creates waiting for a statement': [formatted(limits.batch.maxQueued)],

@@ -25,11 +25,20 @@ export type BatchHooks = WaitingHooks & {
   readonly readOnly?: (slot: number) => void
   /**
    * A statement of `slot` has had no answer for `stuckAfterMs`, past every deadline of its
-   * items: its connection should be cut loose, which fails the statement and frees the slot.
+   * items, or for `silentAfterMs` and more with `silent` saying so: its connection should be cut
+   * loose, which fails the statement and frees the slot. `ms`: how long it had run, or
+   * `stuckAfterMs` itself for the first reason.
    */
-  readonly stuck?: (slot: number) => void
+  readonly stuck?: (slot: number, why: { ms: number; unacknowledged: boolean }) => void
   /** How long a statement may go unanswered before `stuck` (past its items' deadlines). */
   readonly stuckAfterMs?: number
+  /**
+   * Asked of a statement unanswered for `silentAfterMs`, and again every `silentEveryMs` while
+   * it stays so (one question at a time): whether nothing sent on its connection has reached the
+   * server. True: `stuck` at once.
+   */
+  readonly silent?: (slot: number) => Promise<boolean>
+  readonly silentAfterMs?: number
   /** A statement of `slot` failed because its connection is gone: the slot should start afresh. */
   readonly connectionLost?: (slot: number) => void
   /** A statement went through with nothing of it failing for want of a database. */
@@ -68,9 +77,21 @@ export type Batcher<I, O> = {
 
 type Task = { readonly run: (slot: number) => Promise<void> }
 
+/** What watches the statements in flight (`BatchHooks`). */
+type Watch = {
+  readonly stuck: NonNullable<BatchHooks['stuck']>
+  readonly stuckAfterMs: number
+  readonly silent: BatchHooks['silent']
+  readonly silentAfterMs: number
+}
+
+/** How often a statement unanswered past `silentAfterMs` is asked about again. */
+const silentEveryMs = 250
+
 /**
  * The statement slots of a batcher: which are free, since when each busy one runs (`stuck` when
- * one has run `stuckAfterMs`, once a statement), and each one's pause after statements in a row
+ * one has run `stuckAfterMs`, or from `silentAfterMs` on when `silent` says so, once a
+ * statement), and each one's pause after statements in a row
  * that failed for want of a database (doubling from `limits.database.resendPause.first` up to its
  * `most`). One timer watches every busy slot, set for the earliest statement still unreported
  * and left to run out rather than cancelled: a statement sets no timer of its own.
@@ -80,7 +101,7 @@ type Task = { readonly run: (slot: number) => Promise<void> }
 function slotPool(
   count: number,
   clock: Clock,
-  { stuck, stuckAfterMs }: { stuck: (slot: number) => void; stuckAfterMs: number },
+  { stuck, stuckAfterMs, silent, silentAfterMs }: Watch,
   freed: () => void,
   freedAtOnce: () => void,
 ) {
@@ -88,6 +109,9 @@ function slotPool(
   const startedAt = new Map<number, number>()
   // The busy slots whose statement has been reported stuck.
   const reported = new Set<number>()
+  // The busy slots `silent` is being asked about.
+  const asking = new Set<number>()
+  const firstCheck = silent === undefined ? stuckAfterMs : Math.min(silentAfterMs, stuckAfterMs)
   const failedInARow = new Map<number, number>()
   const { first, most } = contractLimits.database.resendPause
   const watchUntil = earliestTimer(clock, checkStuck)
@@ -98,8 +122,28 @@ function slotPool(
       if (reported.has(slot)) continue
       if (now - at >= stuckAfterMs) {
         reported.add(slot)
-        stuck(slot)
-      } else next = Math.min(next, at + stuckAfterMs)
+        stuck(slot, { ms: stuckAfterMs, unacknowledged: false })
+        continue
+      }
+      next = Math.min(next, at + stuckAfterMs)
+      if (silent === undefined) continue
+      if (now - at < silentAfterMs) {
+        next = Math.min(next, at + silentAfterMs)
+        continue
+      }
+      next = Math.min(next, now + silentEveryMs)
+      if (asking.has(slot)) continue
+      asking.add(slot)
+      silent(slot).then(
+        (yes) => {
+          asking.delete(slot)
+          // Still the same statement, not yet reported.
+          if (!yes || startedAt.get(slot) !== at || reported.has(slot)) return
+          reported.add(slot)
+          stuck(slot, { ms: clock.now() - at, unacknowledged: true })
+        },
+        () => asking.delete(slot),
+      )
     }
     watchUntil(next)
   }
@@ -121,7 +165,7 @@ function slotPool(
     async occupy(slot: number, work: (release: () => void) => Promise<void>): Promise<void> {
       const now = clock.now()
       startedAt.set(slot, now)
-      if (stuckAfterMs !== Number.POSITIVE_INFINITY) watchUntil(now + stuckAfterMs)
+      if (firstCheck !== Number.POSITIVE_INFINITY) watchUntil(now + firstCheck)
       // No named closure here: tsx names each one as it is made (esbuild's keepNames), a
       // defineProperty for every statement.
       let released = false
@@ -161,7 +205,7 @@ function slotPool(
 /** What answering a statement's items needs: the queue, the hooks, the slots, a lone resend. */
 type Answering<I, O> = {
   readonly waiting: Waiting<I, O>
-  readonly hooks: Required<Omit<BatchHooks, keyof WaitingHooks>>
+  readonly hooks: Required<Omit<BatchHooks, keyof WaitingHooks | keyof Watch>>
   readonly pool: ReturnType<typeof slotPool>
   readonly storeAlone: (item: I, slot: number) => Promise<O>
 }
@@ -358,6 +402,8 @@ export function createBatcher<I, O>(
     readOnly = () => {},
     stuck = () => {},
     stuckAfterMs = Number.POSITIVE_INFINITY,
+    silent,
+    silentAfterMs = Number.POSITIVE_INFINITY,
     connectionLost = () => {},
     through = () => {},
     refused = () => {},
@@ -374,15 +420,13 @@ export function createBatcher<I, O>(
   const pool = slotPool(
     limits.maxInFlight,
     clock,
-    { stuck, stuckAfterMs },
+    { stuck, stuckAfterMs, silent, silentAfterMs },
     () => schedule(),
     () => flush(),
   )
   const hooks = {
     statementRan,
     readOnly,
-    stuck,
-    stuckAfterMs,
     connectionLost,
     through,
     refused,

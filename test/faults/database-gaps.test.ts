@@ -167,6 +167,40 @@ describe('gaps in the database shorter than the deadline', () => {
     assert.deepEqual(await lostAcknowledgements(sql, drive.acknowledged), [])
   })
 
+  test("a statement sent into a silent partition is cut loose once the server's kernel has acknowledged none of it for 1 s, and sent again on a new connection: a 3.5-s partition answered 200, not 503", {
+    skip: partitionSkip,
+  }, async (t) => {
+    const missing = partitionUnavailable()
+    if (missing !== undefined) throw new Error(missing)
+    const { server, sql, s } = await serviceOnOwnServer()
+    // The slots' connections are open: the create's statement is sent into the partition. The
+    // kernel retransmits it 0.2, 0.6, 1.4 and 3.0 s after the send, and next at 6.2 s, past the
+    // deadline: only a new connection gets it through within it.
+    assert.equal((await s.post({ id: uniqueId(), name: 'before' })).status, 200)
+    const cut = partition(server.port, 'both', t)
+    const id = uniqueId()
+    const sent = performance.now()
+    const answer = s.post({ id, name: 'into the partition' })
+    await sleep(3500)
+    cut.heal()
+    const res = await answer
+    const ms = performance.now() - sent
+    const line = s.logs.find((l) =>
+      String(l.message).startsWith('the database acknowledged nothing of a statement'),
+    )
+    t.diagnostic(
+      `answered ${res.status} after ${Math.round(ms)} ms; cut loose after ${line?.ms} ms`,
+    )
+    assert.equal(res.status, 200, `answered ${res.status} after ${Math.round(ms)} ms`)
+    assert.ok(ms <= limits.database.request, `answered after ${Math.round(ms)} ms`)
+    assert.ok(line !== undefined, JSON.stringify(s.logs.map((l) => l.message)))
+    assert.ok(
+      Number(line.ms) >= limits.database.unacknowledged && Number(line.ms) < 3000,
+      JSON.stringify(line),
+    )
+    assert.equal((await sql`select 1 from plants where id = ${id}`).length, 1)
+  })
+
   test('a create whose answer was lost after its commit is sent again and answered 200, not 40009; a rival with other contents gets 40009', async () => {
     const s0 = await startTestServer({ after })
     const proxy = await startTcpProxy(s0.db.url)

@@ -5,6 +5,7 @@ import type { Log, LogFields } from '../../log.ts'
 import { DatabaseUnavailable } from '../../outcome.ts'
 import { hostConnector } from './hosts.ts'
 import { applicationName, createSql, type SqlOptions } from './sql.ts'
+import { unacknowledged } from './unacknowledged.ts'
 
 /**
  * A connection of its own for one statement at a time, which its owner can cut loose: its socket
@@ -25,6 +26,8 @@ export type StatementSlot = {
    * how many sockets were open.
    */
   readonly cut: (reason: Error) => number
+  /** Whether the slot's connection holds bytes the server has not acknowledged (unacknowledged.ts). */
+  readonly unacknowledged: () => Promise<boolean>
   /** Ends the slot's pool (at shutdown). */
   readonly end: () => Promise<void>
 }
@@ -55,6 +58,7 @@ function trackedSockets(connector: ReturnType<typeof hostConnector>) {
   })
   return {
     open,
+    live: (): readonly Socket[] => [...live],
     cut(reason: Error): number {
       attempts.abort(reason)
       let open = 0
@@ -151,6 +155,7 @@ export function openStatementSlots(
         old.sql.end({ timeout: 0 }).catch(() => {})
         return sockets
       },
+      unacknowledged: () => unacknowledged(current.sockets.live),
       end: () => current.sql.end({ timeout: 5 }),
     }
   })
@@ -160,19 +165,29 @@ export function openStatementSlots(
  * What happens to a statement slot when its statement meets trouble, decided here and nowhere
  * else (the batcher only reports it):
  * - **stuck**: no answer for `limits.database.cutLoose` (past every deadline of the creates in
- *   it: a partition, where nothing comes until the kernel gives up, minutes later): its socket is
- *   destroyed, which fails the statement with a connection error (sent again) and frees the
- *   slot, and a new connection is opened; logged once, with `where` (which database or node).
+ *   it: a partition, where nothing comes until the kernel gives up, minutes later), or, sooner,
+ *   from `limits.database.unacknowledged` on, what was sent still unacknowledged by the server's
+ *   kernel (`silent`; Linux only, unacknowledged.ts): its socket is destroyed, which fails the
+ *   statement with a connection error (sent again) and frees the slot, and a new connection is
+ *   opened; logged once, with `where` (which database or node). The sooner cut is what lets a
+ *   partition of a few seconds pass unseen: the kernel's own retransmissions back off, and the
+ *   one after a 3-s partition comes 6.2 s after the send, past the deadline; a new connection
+ *   gets through as soon as the network is back.
  * - **connection lost**: the slot starts afresh with a new pool, so that nothing the driver kept
  *   of the old connection outlives it.
  * - **read-only** (25006): the sessions leave that server (`leaveReadOnlyServer`).
  */
 export type SlotPolicy = {
   readonly stuckAfterMs: number
-  readonly stuck: (slot: number) => void
+  readonly silentAfterMs: number
+  readonly silent: (slot: number) => Promise<boolean>
+  readonly stuck: (slot: number, why: Stuck) => void
   readonly connectionLost: (slot: number) => void
   readonly readOnly: (slot: number) => void
 }
+
+/** Why a statement was found stuck: how long it had run, and whether the server's kernel had acknowledged it. */
+export type Stuck = { readonly ms: number; readonly unacknowledged: boolean }
 
 export function slotPolicy(
   slots: readonly StatementSlot[],
@@ -183,14 +198,20 @@ export function slotPolicy(
   const leave = leaveReadOnlyServer(log)
   return Object.freeze({
     stuckAfterMs,
-    stuck(slot: number) {
+    silentAfterMs: limits.database.unacknowledged,
+    silent: (slot: number) => slots[slot]?.unacknowledged() ?? Promise.resolve(false),
+    stuck(slot: number, { ms, unacknowledged }: Stuck) {
       const reason = new DatabaseUnavailable(
-        `no answer from the database for ${stuckAfterMs} ms; the connection was closed`,
+        unacknowledged
+          ? `nothing sent to the database acknowledged for ${ms} ms; the connection was closed`
+          : `no answer from the database for ${ms} ms; the connection was closed`,
       )
       const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
       log.warn(
-        'no answer from the database past the deadlines of a statement: closed its connection and opening a new one',
-        { ms: stuckAfterMs, slot, sockets, ...where() },
+        unacknowledged
+          ? 'the database acknowledged nothing of a statement sent to it: closed its connection and opening a new one'
+          : 'no answer from the database past the deadlines of a statement: closed its connection and opening a new one',
+        { ms: Math.round(ms), slot, sockets, ...where() },
       )
     },
     connectionLost(slot: number) {
