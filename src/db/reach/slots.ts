@@ -203,7 +203,7 @@ export function slotPolicy(
     stuck(slot: number, { ms, unacknowledged }: Stuck) {
       const reason = new DatabaseUnavailable(
         unacknowledged
-          ? `nothing sent to the database acknowledged for ${ms} ms; the connection was closed`
+          ? `nothing sent to the database acknowledged for ${Math.round(ms)} ms; the connection was closed`
           : `no answer from the database for ${ms} ms; the connection was closed`,
       )
       const sockets = slots[slot]?.cut(Object.assign(reason, { code: 'ETIMEDOUT' })) ?? 0
