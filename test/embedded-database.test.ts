@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { appendFile, readFile, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import postgres from 'postgres'
@@ -229,6 +231,25 @@ describe('the embedded database (no DATABASE_URL)', () => {
     })
     await assert.rejects(probe`select 1`, /ECONNREFUSED/)
     await probe.end({ timeout: 0 })
+  })
+
+  test("a start on a port another server holds fails with PostgreSQL's own reason in the message", async () => {
+    const { dir } = await tempDir({ after }, 'plant-store-port-taken-')
+    const holder = createServer()
+    holder.listen(0, '127.0.0.1')
+    await once(holder, 'listening')
+    after(() => holder.close())
+    const port = (holder.address() as { port: number }).port
+    await assert.rejects(
+      startEmbedded({
+        dir,
+        log: createLog('error', () => {}),
+        shareRunning: false,
+        fast: true,
+        port,
+      }),
+      /did not start: .*(could not bind|could not create any TCP\/IP sockets)/,
+    )
   })
 
   test('sharedBuffersMb: a quarter of the memory, from 128 MB up to 2 GB', () => {

@@ -5,12 +5,13 @@ import { readdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import postgres from 'postgres'
-import { freePort, startEmbedded } from '../../src/db/start/embedded.ts'
+import { startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { postgres15Bin, startPostgres15 } from '../helpers/citus.ts'
 import { projectDir } from '../helpers/cli.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { type Drive, driveCreates, lostAcknowledgements, pastTheFault } from '../helpers/drive.ts'
+import { serverPort } from '../helpers/ports.ts'
 import { isRunning, serviceEnv } from '../helpers/process.ts'
 import { startTestServer, type TestServer } from '../helpers/server.ts'
 import { type SmallDisk, smallDisk, smallDiskUnavailable } from '../helpers/small-disk.ts'
@@ -34,7 +35,10 @@ type OnSmallDisk = {
 /** An embedded PostgreSQL whose data directory is on a small filesystem, and the service on it. */
 async function onSmallDisk(t: { after: (fn: () => unknown) => void }): Promise<OnSmallDisk> {
   const disk = await smallDisk(t, 160)
-  const port = await freePort()
+  // Below the ephemeral range (ports.ts): the server initialises for seconds before it binds, and
+  // is started again on the same port; in between, another file's connection may take a port
+  // from that range.
+  const port = await serverPort()
   const start = () =>
     startEmbedded({
       dir: join(disk.dir, 'db'),

