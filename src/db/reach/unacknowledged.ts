@@ -11,8 +11,8 @@ import type { Socket } from 'node:net'
  * hold a statement's answer for 6.2 s, past its creates' deadline.
  *
  * Read from Linux's `/proc/net/tcp` and `/proc/net/tcp6` (the `tx_queue` column, by the local and
- * remote port); elsewhere, or where they cannot be read (Deno without `--allow-read`), nothing is
- * ever reported and only the statement's own time (`limits.database.cutLoose`) cuts it loose.
+ * remote port); elsewhere, or where they cannot be read (Deno 2.9 asks `--allow-all` for them),
+ * nothing is ever reported and only the statement's own time (`limits.database.cutLoose`) cuts it loose.
  */
 
 /** `local:remote` ports in hex, as the files write them, to bytes unacknowledged. */
