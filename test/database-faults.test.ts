@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { after, describe, test } from 'node:test'
 import { limits } from '../src/limits.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { startTcpProxy } from './helpers/tcp-proxy.ts'
-import { sleep, within } from './helpers/wait.ts'
+import { sleep, watchStalls, within } from './helpers/wait.ts'
 
 describe('database faults', () => {
   test('while the database is unreachable: a create is held until its deadline, then 503/50301 with Retry-After; then 200 again without a restart', async () => {
@@ -55,9 +54,7 @@ describe('database faults', () => {
     // other test files on the same cores: a timer is late by as long as the event loop stood
     // still, so the bound is the deadline plus the longest stall measured meanwhile (in CI,
     // 2026-12-02, answers came 0 to 20 ms past 6 s with stalls of 460 to 850 ms in other files).
-    const loop = monitorEventLoopDelay({ resolution: 10 })
-    loop.enable()
-    after(() => loop.disable())
+    const stalls = watchStalls({ after })
     proxy.freeze()
     const answers = await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
@@ -73,8 +70,7 @@ describe('database faults', () => {
         return { status: res.status, error: body.error, ms: performance.now() - started, reason }
       }),
     )
-    loop.disable()
-    const stallMs = loop.max / 1e6
+    const stallMs = stalls()
     await proxy.cut()
     const shown = `${JSON.stringify(answers)}; the event loop stalled up to ${Math.round(stallMs)} ms`
     t.diagnostic(

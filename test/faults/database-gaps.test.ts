@@ -11,18 +11,12 @@ import {
   pastTheFault,
   underWay,
 } from '../helpers/drive.ts'
-import { partition, partitionUnavailable } from '../helpers/partition.ts'
+import { partition, partitionSkip, partitionUnavailable } from '../helpers/partition.ts'
 import { pgbouncerPath, pgbouncerPresent, startPgBouncer } from '../helpers/pgbouncer.ts'
 import { startRestartableServer } from '../helpers/replication.ts'
 import { startTestServer, type TestServer, uniqueId } from '../helpers/server.ts'
 import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 import { sleep, within } from '../helpers/wait.ts'
-
-// The partition needs root and iptables, which CI has; elsewhere its case skips with the reason.
-const partitionSkip =
-  partitionUnavailable() !== undefined && process.env.CI === undefined
-    ? partitionUnavailable()
-    : false
 
 // A gap in the database shorter than the request deadline (a restart, terminated backends, an
 // answer lost after its commit) is waited out: each create is held and sent again, since the id
@@ -151,7 +145,7 @@ describe('gaps in the database shorter than the deadline', () => {
   })
 
   test('a 3-s silent partition (its packets dropped both ways) under 8 keep-alive clients: no create answered 503, none lost', {
-    skip: partitionSkip,
+    skip: partitionSkip(),
   }, async (t) => {
     const missing = partitionUnavailable()
     if (missing !== undefined) throw new Error(missing)
@@ -168,7 +162,7 @@ describe('gaps in the database shorter than the deadline', () => {
   })
 
   test("a statement sent into a silent partition is cut loose once the server's kernel has acknowledged none of it for 1 s, and sent again on a new connection: a 3.5-s partition answered 200, not 503", {
-    skip: partitionSkip,
+    skip: partitionSkip(),
   }, async (t) => {
     const missing = partitionUnavailable()
     if (missing !== undefined) throw new Error(missing)

@@ -3,7 +3,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { projectDir } from '../helpers/cli.ts'
 import * as driving from '../helpers/drive.ts'
-import { partitionUnavailable } from '../helpers/partition.ts'
+import { partitionSkip } from '../helpers/partition.ts'
 import { onFailoverUrl, partitionAndRecover } from '../helpers/partition-run.ts'
 import { startServiceProcess, tokenFor } from '../helpers/process.ts'
 import { connect, failOver, startPrimaryAndStandby } from '../helpers/replication.ts'
@@ -103,7 +103,7 @@ describe('over TLS (a PostgreSQL with ssl = on and a test CA)', { skip, concurre
   })
 
   test('a 20 s silent partition between the service and the primary, over TLS: 200 within 5 s of the heal, /readyz 503 until creates succeed, nothing lost', {
-    skip: process.env.CI === undefined && partitionUnavailable(),
+    skip: partitionSkip(),
     timeout: 120_000,
   }, async (t) => {
     const arranged = await onFailoverUrl(t, { tls: true })

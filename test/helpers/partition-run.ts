@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { Sql } from 'postgres'
 import { parseConfig } from '../../src/config.ts'
 import { limits } from '../../src/limits.ts'
@@ -12,7 +11,7 @@ import { type Direction, partition } from './partition.ts'
 import { tokenFor } from './process.ts'
 import { connect, startPrimaryAndStandby } from './replication.ts'
 import { testWarmUp } from './server.ts'
-import { sleep } from './wait.ts'
+import { sleep, watchStalls } from './wait.ts'
 
 // A partition run and what must hold of it (issue 20): the service under load, a port of the
 // database path cut off by iptables for a while, then healed.
@@ -85,9 +84,7 @@ export async function partitioned(
   t: Cleanup,
 ): Promise<Observed> {
   let peakQueued = 0
-  const loop = monitorEventLoopDelay({ resolution: 10 })
-  loop.enable()
-  t.after(() => loop.disable())
+  const stalls = watchStalls(t)
   const sampler = setInterval(() => {
     peakQueued = Math.max(peakQueued, s.store.load().queued)
   }, 50)
@@ -109,8 +106,7 @@ export async function partitioned(
   await stopReadiness()
   await stopLiveness()
   clearInterval(sampler)
-  loop.disable()
-  const stallMs = loop.max / 1e6
+  const stallMs = stalls()
   const lost = await lostAcknowledgements(s.check, drive.acknowledged)
   return { drive, readiness, liveness, cutAt, healedAt, lost, peakQueued, stallMs, logs: s.logs }
 }

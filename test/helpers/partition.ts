@@ -5,6 +5,15 @@ import type { Cleanup } from './database.ts'
 /** Debian's iptables (IPTABLES_PATH to use another). */
 export const iptablesPath = process.env.IPTABLES_PATH || '/usr/sbin/iptables'
 
+/**
+ * A partition test's `skip`: outside CI, why this machine cannot cut a port off; false in CI
+ * (and where it can), where the test then fails on `partitionUnavailable()`'s reason.
+ */
+export function partitionSkip(): string | false {
+  const missing = partitionUnavailable()
+  return missing !== undefined && process.env.CI === undefined ? missing : false
+}
+
 /** Why this machine cannot cut a port off, or `undefined` when it can. */
 export function partitionUnavailable(): string | undefined {
   if (process.getuid?.() !== 0) return 'iptables rules need root (CI runs as root)'

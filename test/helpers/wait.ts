@@ -1,3 +1,19 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
+
+/**
+ * Starts measuring how long this process's event loop stands still (its timers late by as
+ * much); the returned function stops and gives the longest, in ms. Stopped after `t` anyway.
+ */
+export function watchStalls(t: { after: (fn: () => unknown) => void }): () => number {
+  const loop = monitorEventLoopDelay({ resolution: 10 })
+  loop.enable()
+  t.after(() => loop.disable())
+  return () => {
+    loop.disable()
+    return loop.max / 1e6
+  }
+}
+
 /** Polls `check` every 20 ms until it is true; resolves with the milliseconds that took. */
 export async function within(ms: number, check: () => boolean | Promise<boolean>): Promise<number> {
   const started = performance.now()
