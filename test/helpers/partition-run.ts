@@ -165,8 +165,14 @@ function assertRecovered(o: Observed): void {
   assert.ok((drive.statuses.get(503) ?? 0) > 0, 'creates were refused during the partition')
   assert.ok(drive.answers.every((a) => a.status !== 503 || a.retryAfter === '1'))
   const slowest = Math.max(...drive.answers.map((a) => a.answeredAt - a.sentAt))
-  // The deadline, plus the answer's way back through a busy event loop.
-  assert.ok(slowest < limits.database.request + 1500, `the slowest answer took ${slowest} ms`)
+  // The deadline, plus the answer's way back through a busy event loop, plus the longest the
+  // loop (the service's timers and the clients' alike) stood still: in CI three files run at a
+  // time on two cores, and stalls of 770 to 1,060 ms were printed there (2026-12-02).
+  const stalled = o.stallMs
+  assert.ok(
+    slowest < limits.database.request + 1500 + stalled,
+    `the slowest answer took ${slowest} ms; the event loop stalled up to ${Math.round(stalled)} ms`,
+  )
   assert.deepEqual(o.lost, [], 'nothing acknowledged was lost')
   assert.ok(o.peakQueued <= limits.batch.maxQueued, `peak queue ${o.peakQueued}`)
 
@@ -182,11 +188,12 @@ function assertRecovered(o: Observed): void {
   )
   assert.ok(during.every((p) => p.message.length > 0))
   // README, Limits: /readyz answers within 2 s, the partition included (plus the answer's way
-  // back through a busy event loop).
+  // back through a busy event loop, and the loop's longest stall: in CI, 3,018 ms with a stall
+  // of 767 ms, 2026-12-02).
   const slowestProbe = Math.max(...o.readiness.map((p) => p.answeredAt - p.at))
   assert.ok(
-    slowestProbe < limits.database.readiness + 1000,
-    `the slowest /readyz took ${Math.round(slowestProbe)} ms`,
+    slowestProbe < limits.database.readiness + 1000 + stalled,
+    `the slowest /readyz took ${Math.round(slowestProbe)} ms; the event loop stalled up to ${Math.round(stalled)} ms`,
   )
   const readyAgain = o.readiness.find((p) => p.answeredAt > healedAt && p.status === 200)
   assert.ok(readyAgain, '/readyz is 200 again after the heal')
