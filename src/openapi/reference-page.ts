@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { failure } from '../http/errors.ts'
 import type { Route } from '../http/router.ts'
 import type { Content } from '../http/types.ts'
 
@@ -75,12 +76,13 @@ function page(assets: string): Buffer {
 `)
 }
 
-/**
- * The routes of the API reference page: `GET /docs`, rendered by Swagger UI from
- * `/openapi.json`, and its assets. The assets' paths carry a hash of their contents, so they are
- * cached for a year; the page itself is revalidated by its ETag.
- */
-export function createDocsRoutes(): Route[] {
+type Docs = { readonly page: Content; readonly assets: ReadonlyMap<string, Content> }
+
+/** The page and its assets: read and hashed once a process, by the first request for them. */
+let docs: { readonly version: string; readonly read: Docs } | undefined
+
+function loadDocs(): { readonly version: string; readonly read: Docs } {
+  if (docs !== undefined) return docs
   const etagOf = (body: Buffer) =>
     `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`
   const assets = readAssets().map((asset) => ({ ...asset, etag: etagOf(asset.body) }))
@@ -89,30 +91,61 @@ export function createDocsRoutes(): Route[] {
     .update(assets.map((a) => a.etag).join(''))
     .digest('hex')
     .slice(0, 12)
-  const base = `docs/assets/${version}`
-  const html = page(base)
-  const pageContent: Content = {
-    kind: 'content',
-    type: 'text/html; charset=utf-8',
-    body: html,
-    cacheControl: 'no-cache',
-    etag: etagOf(html),
-    headers: {
-      'content-security-policy': docsContentSecurityPolicy,
-      'referrer-policy': 'no-referrer',
+  const html = page(`docs/assets/${version}`)
+  docs = {
+    version,
+    read: {
+      page: {
+        kind: 'content',
+        type: 'text/html; charset=utf-8',
+        body: html,
+        cacheControl: 'no-cache',
+        etag: etagOf(html),
+        headers: {
+          'content-security-policy': docsContentSecurityPolicy,
+          'referrer-policy': 'no-referrer',
+        },
+      },
+      assets: new Map(
+        assets.map((asset) => [
+          asset.name,
+          {
+            kind: 'content',
+            type: asset.type,
+            body: asset.body,
+            cacheControl: 'public, max-age=31536000, immutable',
+            etag: asset.etag,
+          },
+        ]),
+      ),
     },
   }
+  return docs
+}
+
+/**
+ * The routes of the API reference page: `GET /docs`, rendered by Swagger UI from
+ * `/openapi.json`, and its assets. The assets' paths carry a hash of their contents, so they are
+ * cached for a year; the page itself is revalidated by its ETag. Nothing is read until the page
+ * or an asset is first asked for (Swagger UI's bundle is 1.7 MB: reading and hashing it cost each
+ * start about 40 ms of CPU, and it stayed in memory where no one asked for the page); an asset's
+ * path with another version is 404, as any unknown path.
+ */
+export function createDocsRoutes(): Route[] {
   return [
-    { method: 'GET', path: '/docs', handler: () => pageContent },
-    ...assets.map((asset): Route => {
-      const content: Content = {
-        kind: 'content',
-        type: asset.type,
-        body: asset.body,
-        cacheControl: 'public, max-age=31536000, immutable',
-        etag: asset.etag,
-      }
-      return { method: 'GET', path: `/${base}/${asset.name}`, handler: () => content }
-    }),
+    { method: 'GET', path: '/docs', handler: () => loadDocs().read.page },
+    {
+      method: 'GET',
+      path: '/docs/assets/:version/:name',
+      handler: (req, { params }) => {
+        const { version, read } = loadDocs()
+        const asset = params.version === version ? read.assets.get(params.name ?? '') : undefined
+        if (asset !== undefined) return asset
+        // The router's own answer for a path it does not know.
+        const url = req.url ?? ''
+        const q = url.indexOf('?')
+        return failure(40401, `no such path: ${q === -1 ? url : url.slice(0, q)}`)
+      },
+    },
   ]
 }
