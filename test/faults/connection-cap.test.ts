@@ -36,9 +36,17 @@ describe('abuse: a cap on open connections', () => {
     assert.equal(Buffer.concat(got).length, 0)
     // One closes; a new connection is served again.
     open.pop()?.destroy()
+    // Each try has a timeout of its own: a fetch whose connection the cap closed as it opened
+    // can stay pending in undici with no connection left, never settled (2026-12-02: it held
+    // the file to its 5-minute timeout where, before, the same fetch failed at once).
     await within(
       2000,
-      async () => (await fetch(`${capped.base}/healthz`).catch(() => undefined))?.status === 200,
+      async () =>
+        (
+          await fetch(`${capped.base}/healthz`, { signal: AbortSignal.timeout(500) }).catch(
+            () => undefined,
+          )
+        )?.status === 200,
     )
   })
 })
