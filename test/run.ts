@@ -9,6 +9,7 @@ import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startEmbedded } from '../src/db/start/embedded.ts'
 import { createLog } from '../src/log.ts'
+import { createTemplateDatabase } from './helpers/database.ts'
 import { makeTempDir } from './helpers/temp-dir.ts'
 
 const log = createLog('info', (line) => process.stderr.write(line))
@@ -197,8 +198,10 @@ log.info(`test database ready: ${db.kind}`, {
 // (839 s); three at a time passed every test, in 804 s.
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 3
 // What the files may share for this run, removed after it: the tests' own PostgreSQL servers
-// copy one initdb of each version from it (test/helpers/replication.ts).
+// copy one initdb of each version from it (test/helpers/replication.ts), and each test database
+// is a copy of one migrated for the run (test/helpers/database.ts).
 const cache = await makeTempDir('plant-store-test-cache-')
+const template = await createTemplateDatabase(db.url)
 // Not `node --test FILE...`, which sorts the files by name: test/run-files.ts keeps this order.
 const child = spawn(
   process.execPath,
@@ -206,7 +209,12 @@ const child = spawn(
   {
     stdio: 'inherit',
     cwd: root,
-    env: { ...process.env, TEST_DATABASE_URL: db.url, PLANT_STORE_TEST_CACHE: cache },
+    env: {
+      ...process.env,
+      TEST_DATABASE_URL: db.url,
+      PLANT_STORE_TEST_CACHE: cache,
+      PLANT_STORE_TEST_TEMPLATE: template.name,
+    },
   },
 )
 const stopChild = (signal: NodeJS.Signals) => child.kill(signal)
@@ -215,6 +223,7 @@ process.on('SIGTERM', stopChild)
 const code = await new Promise<number>((resolve) =>
   child.on('exit', (c, s) => resolve(c ?? (s ? 1 : 0))),
 )
+await template.drop()
 await db.stop()
 await rm(cache, { recursive: true, force: true })
 process.exit(code)
