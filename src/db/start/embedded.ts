@@ -335,8 +335,10 @@ export async function startEmbedded({
     const complaints = output
       .flatMap((chunk) => chunk.split('\n'))
       .map((line) => /\b(FATAL|PANIC|ERROR|LOG):\s+(.*)$/.exec(line))
-      .filter((m) => m !== null && (m[1] !== 'LOG' || /could not/.test(m[2] ?? '')))
-      .map((m) => String(m?.[2]).trim())
+      .filter(
+        (m): m is RegExpExecArray => m !== null && (m[1] !== 'LOG' || /could not/.test(m[2] ?? '')),
+      )
+      .map((m) => (m[2] ?? '').trim())
     const said = complaints.length > 0 ? complaints.slice(-2).join('; ') : undefined
     throw new Error(
       said === undefined
