@@ -18,6 +18,17 @@ export type Routed = {
 
 const noParams: Readonly<Record<string, string>> = Object.freeze({})
 
+/** A request target's path: its URL without the query. */
+export function pathOf(url: string): string {
+  const q = url.indexOf('?')
+  return q === -1 ? url : url.slice(0, q)
+}
+
+/** The answer for a path no route knows (40401). */
+export function noSuchPath(path: string): Failure {
+  return failure(40401, `no such path: ${path}`)
+}
+
 /**
  * How a route's pattern matches a path, built once: a plain comparison for a pattern without
  * parameters; otherwise segment by segment. Undefined when the path does not match.
@@ -65,8 +76,7 @@ export function createRouter(routes: readonly Route[]): (method: string, path: s
       allow.push(route.method)
       if (route.method === 'GET') allow.push('HEAD')
     }
-    if (pattern === undefined)
-      return { target: failure(40401, `no such path: ${path}`), pattern, params: noParams }
+    if (pattern === undefined) return { target: noSuchPath(path), pattern, params: noParams }
     return {
       target: failure(
         40501,

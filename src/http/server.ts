@@ -16,7 +16,7 @@ import type { Spans } from '../tracing/spans.ts'
 import { contentAnswer, jsonAnswer } from './answer.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
-import type { Routed } from './router.ts'
+import { pathOf, type Routed } from './router.ts'
 import { type Trace, traceOf } from './trace-context.ts'
 import type { Outcome, RequestContext } from './types.ts'
 
@@ -248,9 +248,7 @@ async function handle(
     trustedProxies,
   )
   const method = req.method ?? 'GET'
-  const url = req.url ?? '/'
-  const q = url.indexOf('?')
-  const path = q === -1 ? url : url.slice(0, q)
+  const path = pathOf(req.url ?? '/')
 
   const span = spans?.request(req.headers.traceparent, {
     method,

@@ -3,8 +3,7 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { failure } from '../http/errors.ts'
-import type { Route } from '../http/router.ts'
+import { noSuchPath, pathOf, type Route } from '../http/router.ts'
 import type { Content } from '../http/types.ts'
 
 /**
@@ -76,12 +75,17 @@ function page(assets: string): Buffer {
 `)
 }
 
-type Docs = { readonly page: Content; readonly assets: ReadonlyMap<string, Content> }
+type Docs = {
+  /** The hash in the assets' paths. */
+  readonly version: string
+  readonly page: Content
+  readonly assets: ReadonlyMap<string, Content>
+}
 
 /** The page and its assets: read and hashed once a process, by the first request for them. */
-let docs: { readonly version: string; readonly read: Docs } | undefined
+let docs: Docs | undefined
 
-function loadDocs(): { readonly version: string; readonly read: Docs } {
+function loadDocs(): Docs {
   if (docs !== undefined) return docs
   const etagOf = (body: Buffer) =>
     `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`
@@ -94,31 +98,29 @@ function loadDocs(): { readonly version: string; readonly read: Docs } {
   const html = page(`docs/assets/${version}`)
   docs = {
     version,
-    read: {
-      page: {
-        kind: 'content',
-        type: 'text/html; charset=utf-8',
-        body: html,
-        cacheControl: 'no-cache',
-        etag: etagOf(html),
-        headers: {
-          'content-security-policy': docsContentSecurityPolicy,
-          'referrer-policy': 'no-referrer',
-        },
+    page: {
+      kind: 'content',
+      type: 'text/html; charset=utf-8',
+      body: html,
+      cacheControl: 'no-cache',
+      etag: etagOf(html),
+      headers: {
+        'content-security-policy': docsContentSecurityPolicy,
+        'referrer-policy': 'no-referrer',
       },
-      assets: new Map(
-        assets.map((asset) => [
-          asset.name,
-          {
-            kind: 'content',
-            type: asset.type,
-            body: asset.body,
-            cacheControl: 'public, max-age=31536000, immutable',
-            etag: asset.etag,
-          },
-        ]),
-      ),
     },
+    assets: new Map(
+      assets.map((asset) => [
+        asset.name,
+        {
+          kind: 'content',
+          type: asset.type,
+          body: asset.body,
+          cacheControl: 'public, max-age=31536000, immutable',
+          etag: asset.etag,
+        },
+      ]),
+    ),
   }
   return docs
 }
@@ -133,18 +135,14 @@ function loadDocs(): { readonly version: string; readonly read: Docs } {
  */
 export function createDocsRoutes(): Route[] {
   return [
-    { method: 'GET', path: '/docs', handler: () => loadDocs().read.page },
+    { method: 'GET', path: '/docs', handler: () => loadDocs().page },
     {
       method: 'GET',
       path: '/docs/assets/:version/:name',
       handler: (req, { params }) => {
-        const { version, read } = loadDocs()
-        const asset = params.version === version ? read.assets.get(params.name ?? '') : undefined
-        if (asset !== undefined) return asset
-        // The router's own answer for a path it does not know.
-        const url = req.url ?? ''
-        const q = url.indexOf('?')
-        return failure(40401, `no such path: ${q === -1 ? url : url.slice(0, q)}`)
+        const { version, assets } = loadDocs()
+        const asset = params.version === version ? assets.get(params.name ?? '') : undefined
+        return asset ?? noSuchPath(pathOf(req.url ?? '/'))
       },
     },
   ]

@@ -18,6 +18,13 @@ export function serverUrl(): string {
 
 export const quietLog = createLog('error', (line) => process.stderr.write(line))
 
+/** The URL of database `name` on `server`. */
+function urlOf(server: string, name: string): string {
+  const url = new URL(server)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
 /**
  * Makes a migrated database on the suite's server for the run to copy (`test/run.ts`, which
  * names it to the test files in PLANT_STORE_TEST_TEMPLATE and drops it at the end): a copy costs
@@ -31,9 +38,7 @@ export async function createTemplateDatabase(server: string): Promise<{
   const name = `plant_test_template_${randomBytes(6).toString('hex')}`
   const admin = postgres(server, { max: 1, onnotice: () => {} })
   await admin.unsafe(`create database ${name}`)
-  const url = new URL(server)
-  url.pathname = `/${name}`
-  await migrate(url.toString(), quietLog)
+  await migrate(urlOf(server, name), quietLog)
   return {
     name,
     drop: async () => {
@@ -56,16 +61,15 @@ export async function createTestDatabase(
   const admin = postgres(serverUrl(), { max: 1, onnotice: () => {} })
   const template = migrated ? process.env.PLANT_STORE_TEST_TEMPLATE : undefined
   await admin.unsafe(`create database ${name}${template ? ` template ${template}` : ''}`)
-  const url = new URL(serverUrl())
-  url.pathname = `/${name}`
-  const sql = postgres(url.toString(), { max: 4, onnotice: () => {} })
+  const url = urlOf(serverUrl(), name)
+  const sql = postgres(url, { max: 4, onnotice: () => {} })
   t.after(async () => {
     await sql.end({ timeout: 5 })
     await admin.unsafe(`drop database if exists ${name} with (force)`)
     await admin.end({ timeout: 5 })
   })
-  if (migrated && !template) await migrate(url.toString(), quietLog)
-  return { url: url.toString(), sql }
+  if (migrated && !template) await migrate(url, quietLog)
+  return { url, sql }
 }
 
 /**
