@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { rawRequest } from './helpers/raw-http.ts'
+import { createRequest, exchange, openSocket, rawRequest } from './helpers/raw-http.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 
 const s = await startTestServer({ after })
@@ -139,5 +139,37 @@ describe('the request body is checked: type, size, then JSON', () => {
   test('a leading UTF-8 byte order mark is ignored', async () => {
     const res = await s.post(`\ufeff{"id":${uniqueId()},"name":"bom"}`)
     assert.equal(res.status, 200)
+  })
+})
+
+describe('a body is read whether it comes with its headers or after them', () => {
+  test('a body sent in a later write than its headers, in two parts, is read whole', async (t) => {
+    const socket = await openSocket(s.base)
+    t.after(() => socket.destroy())
+    const id = uniqueId()
+    const body = `{"id":${id},"name":"sent later"}`
+    const request = createRequest(body, `Authorization: Bearer ${s.token}\r\n`)
+    const headEnd = request.indexOf('\r\n\r\n') + 4
+    const answered = exchange(socket, request.slice(0, headEnd))
+    for (const part of [body.slice(0, 10), body.slice(10)]) {
+      await new Promise((r) => setTimeout(r, 50))
+      socket.write(part)
+    }
+    const res = await answered
+    assert.equal(res.status, 200)
+    assert.deepEqual(JSON.parse(res.body), { name: 'sent later' })
+  })
+
+  test('a refusal of a body that came whole with its headers leaves the connection open for the next request', async (t) => {
+    const socket = await openSocket(s.base)
+    t.after(() => socket.destroy())
+    const auth = `Authorization: Bearer ${s.token}\r\n`
+    const refused = await exchange(socket, createRequest('{"id":1,"name":"x",}', auth))
+    assert.equal(refused.status, 400)
+    assert.equal(JSON.parse(refused.body).error, 40004)
+    assert.equal(refused.headers.connection, 'keep-alive')
+    const next = await exchange(socket, createRequest(`{"id":${uniqueId()},"name":"next"}`, auth))
+    assert.equal(next.status, 200)
+    assert.deepEqual(JSON.parse(next.body), { name: 'next' })
   })
 })

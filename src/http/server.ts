@@ -14,6 +14,7 @@ import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import type { Spans } from '../tracing/spans.ts'
 import { contentAnswer, jsonAnswer } from './answer.ts'
+import { bodyUnread } from './body.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
 import { pathOf, type Routed } from './router.ts'
@@ -375,7 +376,7 @@ function writeAnswer(
   // A body left unread (refused early, or cut off at the size limit) is not drained: the
   // connection is closed after the response instead. An instance that is leaving closes each
   // connection after its next answer: the client (a balancer) opens its next one elsewhere.
-  if (!req.complete || conn.closing || leaving()) headers.connection = 'close'
+  if (bodyUnread(req) || conn.closing || leaving()) headers.connection = 'close'
   res.writeHead(status, headers)
   res.end(body)
   if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)
