@@ -24,6 +24,7 @@ export function checkContentHeaders(headers: IncomingHttpHeaders): Failure | und
 }
 
 const tooLarge = () => failure(40003, `body: must be at most ${limits.bodyBytes} bytes`)
+const noBody = () => failure(40001, 'body: required; send a NewPlant JSON object')
 
 /**
  * Reads the body, up to `limits.bodyBytes`. A declared `Content-Length` over the limit is refused
@@ -67,8 +68,7 @@ export function bodyUnread(req: IncomingMessage): boolean {
 function bufferedBody(req: IncomingMessage): Buffer | Failure {
   ;(req as Taken)[wholeBodyTaken] = true
   const body: Buffer | null = req.read()
-  if (body === null || body.length === 0)
-    return failure(40001, 'body: required; send a NewPlant JSON object')
+  if (body === null || body.length === 0) return noBody()
   return body.length > limits.bodyBytes ? tooLarge() : body
 }
 
@@ -94,11 +94,7 @@ function streamedBody(req: IncomingMessage): Promise<Buffer | Failure> {
     req.on('end', () => {
       if (done) return
       done = true
-      resolve(
-        size === 0
-          ? failure(40001, 'body: required; send a NewPlant JSON object')
-          : Buffer.concat(chunks, size),
-      )
+      resolve(size === 0 ? noBody() : Buffer.concat(chunks, size))
     })
     req.on('close', () => {
       if (done) return
