@@ -22,8 +22,30 @@ export type RateFigures = {
   errors: number
 }
 
-/** One rate: each target's medians. */
-export type RateSummary = { share: number; rate: number; targets: Record<string, RateFigures> }
+/**
+ * One target against a reference (Fastify + pg, pgbench) at one rate, round by round: each
+ * round's figures divided by the reference's in the same round (the rounds interleave the
+ * targets), the median of those ratios, and in how many rounds the target was slower. A
+ * median of medians hides how often a small gap goes one way: nine rounds that each put the
+ * target 1.05 × slower say more than one median of 1.05.
+ */
+export type Paired = {
+  readonly against: string
+  readonly rounds: number
+  readonly p50: number
+  readonly p99: number
+  readonly slowerP50: number
+  readonly slowerP99: number
+}
+
+/** One rate: each target's medians, each round's figures, and the targets round by round. */
+export type RateSummary = {
+  share: number
+  rate: number
+  targets: Record<string, RateFigures>
+  rounds: Record<string, Pick<LatencyFigures, 'p50' | 'p99' | 'p999'>[]>
+  paired: Record<string, Paired[]>
+}
 
 const CONNECTIONS = 256
 
@@ -37,6 +59,31 @@ function medians(rows: LatencyFigures[]): RateFigures {
     errors: rows.reduce((sum, r) => sum + r.errors + r.unavailable + r.otherStatus, 0),
   }
 }
+
+/** `a` against `against`'s `b`, round by round (`Paired`). */
+export function paired(
+  a: readonly LatencyFigures[],
+  b: readonly LatencyFigures[],
+  against: string,
+): Paired {
+  const rounds = [...Array(Math.min(a.length, b.length)).keys()].flatMap((i) => {
+    const x = a[i]
+    const y = b[i]
+    return x === undefined || y === undefined ? [] : [{ x, y }]
+  })
+  return {
+    against,
+    rounds: rounds.length,
+    p50: median(rounds.map(({ x, y }) => x.p50 / y.p50)),
+    p99: median(rounds.map(({ x, y }) => x.p99 / y.p99)),
+    slowerP50: rounds.filter(({ x, y }) => x.p50 > y.p50).length,
+    slowerP99: rounds.filter(({ x, y }) => x.p99 > y.p99).length,
+  }
+}
+
+/** The targets judged round by round, and the references they are judged against. */
+const judged = ['service', 'node24', 'baseline']
+const references = ['fastify', 'pgbench']
 
 /**
  * The targets in the order of one round: shuffled (Fisher-Yates on a generator seeded with
@@ -176,7 +223,25 @@ export async function ratesPhase(
     const figures = Object.fromEntries(
       [...rows].map(([name, rs]) => [name, medians(rs)]),
     ) as Record<string, RateFigures>
-    summary.push({ share, rate, targets: figures })
+    const rounds = Object.fromEntries(
+      [...rows].map(([name, rs]) => [name, rs.map(({ p50, p99, p999 }) => ({ p50, p99, p999 }))]),
+    )
+    const pairs = Object.fromEntries(
+      judged.flatMap((name) => {
+        const own = rows.get(name)
+        if (own === undefined) return []
+        return [
+          [
+            name,
+            references.flatMap((ref) => {
+              const theirs = rows.get(ref)
+              return theirs === undefined ? [] : [paired(own, theirs, ref)]
+            }),
+          ],
+        ]
+      }),
+    )
+    summary.push({ share, rate, targets: figures, rounds, paired: pairs })
     say(`${f(share * 100, 3)} % = ${rate} /s`)
     /** `m` against the reference `ref` (pgbench, Fastify), when it ran and is not `m` itself. */
     const versus = (ref: string, name: string, m: RateFigures) => {
@@ -193,6 +258,11 @@ export async function ratesPhase(
         `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
       )
     }
+    for (const [name, against] of Object.entries(pairs))
+      for (const p of against)
+        say(
+          `  ${name} ÷ ${p.against}, round by round: p50 ${f(p.p50, 4, 2)} (slower in ${p.slowerP50} of ${p.rounds}), p99 ${f(p.p99, 4, 2)} (slower in ${p.slowerP99} of ${p.rounds})`,
+        )
   }
   for (const t of targets) if (t.running) await stop(t.running)
 
