@@ -119,6 +119,19 @@ async function flushingDatabase(): Promise<{ url: string; sql: postgres.Sql }> {
   return { url: db.url, sql }
 }
 
+/** A load of `paceCreates`, each create answered 200. */
+const paced = (perSecond: number, connections: number) => async (base: string, token: string) => {
+  const pace = await paceCreates(base, token, perSecond, connections)
+  return {
+    count: () => pace.acknowledged(),
+    waitsSince: pace.waitsSince,
+    stop: async () => {
+      await pace.stop()
+      assert.equal(pace.other(), 0, 'every paced create answered 200')
+    },
+  }
+}
+
 describe('the objects of a create, in the service as npm start runs it, against a real PostgreSQL', () => {
   const loads: {
     name: string
@@ -146,17 +159,7 @@ describe('the objects of a create, in the service as npm start runs it, against 
     {
       name: 'paced, 3,000 creates a second one by one over 256 connections, commits flushed',
       flushed: true,
-      start: async (base, token) => {
-        const pace = await paceCreates(base, token, 3000, 256)
-        return {
-          count: () => pace.acknowledged(),
-          waitsSince: pace.waitsSince,
-          stop: async () => {
-            await pace.stop()
-            assert.equal(pace.other(), 0, 'every paced create answered 200')
-          },
-        }
-      },
+      start: paced(3000, 256),
     },
     {
       // A statement for each create, and each alone in flight: the slots' bookkeeping empties at
@@ -165,17 +168,7 @@ describe('the objects of a create, in the service as npm start runs it, against 
       // Node keeps of a connection's last request dies young.
       name: 'paced, 1,000 creates a second one by one over 32 connections, commits flushed',
       flushed: true,
-      start: async (base, token) => {
-        const pace = await paceCreates(base, token, 1000, 32)
-        return {
-          count: () => pace.acknowledged(),
-          waitsSince: pace.waitsSince,
-          stop: async () => {
-            await pace.stop()
-            assert.equal(pace.other(), 0, 'every paced create answered 200')
-          },
-        }
-      },
+      start: paced(1000, 32),
     },
   ]
   // A create's own objects are promoted only if it waits for its answer through two collections:
