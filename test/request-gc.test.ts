@@ -19,7 +19,7 @@ import { sleep, within } from './helpers/wait.ts'
 // of the statements in flight (about 200 bytes a create; it showed only with thousands of
 // creates a second arriving one by one, each in a statement of its own, on a server whose
 // commits are flushed, after the full warm-up). This counts what the service's collections
-// promote, from V8's own trace, under both kinds of load, and how much the old generation grew:
+// promote, from V8's own trace, under each kind of load, and how much the old generation grew:
 // V8 also makes objects there directly, as the new table of a Map or Set whose table is already
 // there, each time it empties (about 170 bytes a statement from a Map of the slots' start times,
 // which brought a full collection every minute or two at 10 % of the peak: BENCHMARKS.md, "A
@@ -230,15 +230,23 @@ describe('the objects of a create, in the service as npm start runs it, against 
         const creates = running.count() - from
         const waits = running.waitsSince?.(since) ?? []
         // The collections in the 6 s, and each isolate's one before them (what it kept, the
-        // first of them may promote): how close two came one after another in one isolate.
+        // first of them may promote): how close two came one after another in one isolate, and
+        // what the old generation grew by from each scavenge to the isolate's next one (a full
+        // collection between them starts it afresh): what the scavenges promoted, and what V8
+        // made in the old generation directly, as a new table for a Map or Set whose old table
+        // is there (about 170 bytes a statement for a Map emptied at each).
         const during = collections.slice(first)
-        const last = new Map<string, number>()
-        for (const c of collections.slice(0, first)) last.set(c.isolate, c.ms)
+        const previous = new Map<string, (typeof collections)[number]>()
+        for (const c of collections.slice(0, first)) previous.set(c.isolate, c)
         let closest = Number.POSITIVE_INFINITY
+        let grown = 0
         for (const c of during) {
-          const before = last.get(c.isolate)
-          if (before !== undefined) closest = Math.min(closest, c.ms - before)
-          last.set(c.isolate, c.ms)
+          const before = previous.get(c.isolate)
+          if (before !== undefined) {
+            closest = Math.min(closest, c.ms - before.ms)
+            if (before.scavenge && c.scavenge) grown += Math.max(0, c.old - before.old)
+          }
+          previous.set(c.isolate, c)
         }
         const scavenges = during.filter((c) => c.scavenge).map((c) => c.promoted)
         assert.ok(
@@ -246,20 +254,6 @@ describe('the objects of a create, in the service as npm start runs it, against 
           'each scavenge line says what it promoted',
         )
         const perCreate = scavenges.reduce((a, b) => a + b, 0) / creates
-        // What the old generation grew by from each isolate's scavenge to its next (a full
-        // collection between them starts it afresh): what the scavenges promoted, and what V8
-        // made in the old generation directly, as a new table for a Map or Set whose old table
-        // is there (about 150 bytes a statement for a Map emptied at each).
-        const oldBefore = new Map<string, number>()
-        for (const c of collections.slice(0, first))
-          oldBefore.set(c.isolate, c.scavenge ? c.old : Number.NaN)
-        let grown = 0
-        for (const c of during) {
-          const before = oldBefore.get(c.isolate)
-          if (c.scavenge && before !== undefined && !Number.isNaN(before))
-            grown += Math.max(0, c.old - before)
-          oldBefore.set(c.isolate, c.scavenge ? c.old : Number.NaN)
-        }
         const grownPerCreate = grown / creates
         const slow = waits.filter((ms) => ms >= closest).length
         const slowest = Math.max(0, ...waits)
