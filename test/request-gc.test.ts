@@ -205,9 +205,12 @@ describe('the objects of a create, in the service as npm start runs it, against 
               ms: Number(at[2]),
               scavenge: / gc=s /.test(line),
               promoted: Number(/ promoted=(\d+)/.exec(line)?.[1] ?? Number.NaN),
+              // The heap's objects after the collection: `total_size_after` up to V8 12 (Node
+              // 20, 22), `end_object_size` in V8 13 (Node 24), the same figure renamed.
               old:
-                Number(/ total_size_after=(\d+)/.exec(line)?.[1] ?? Number.NaN) -
-                Number(/ new_space_survived=(\d+)/.exec(line)?.[1] ?? Number.NaN),
+                Number(
+                  /(?: total_size_after| end_object_size)=(\d+)/.exec(line)?.[1] ?? Number.NaN,
+                ) - Number(/ new_space_survived=(\d+)/.exec(line)?.[1] ?? Number.NaN),
             })
           },
         },
@@ -252,6 +255,10 @@ describe('the objects of a create, in the service as npm start runs it, against 
         assert.ok(
           scavenges.every((n) => Number.isFinite(n)),
           'each scavenge line says what it promoted',
+        )
+        assert.ok(
+          during.every((c) => !c.scavenge || Number.isFinite(c.old)),
+          "each scavenge line says the heap's size after it and what stayed young",
         )
         const perCreate = scavenges.reduce((a, b) => a + b, 0) / creates
         const grownPerCreate = grown / creates
