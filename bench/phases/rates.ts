@@ -84,6 +84,12 @@ export function paired(
 /** The targets judged round by round, and the references they are judged against. */
 const judged = ['service', 'node24', 'baseline']
 const references = ['fastify', 'pgbench']
+/**
+ * At a fixed rate, a median over this many ms says the target fell behind its schedule (its
+ * backlog grew through the run, as Fastify + pg's does at half the peak): a ratio to it says
+ * nothing of the target judged, and is not printed.
+ */
+const behindMs = 100
 
 /**
  * The targets in the order of one round: shuffled (Fisher-Yates on a generator seeded with
@@ -235,7 +241,8 @@ export async function ratesPhase(
             name,
             references.flatMap((ref) => {
               const theirs = rows.get(ref)
-              return theirs === undefined ? [] : [paired(own, theirs, ref)]
+              const behind = (figures[ref]?.p50 ?? 0) > behindMs
+              return theirs === undefined || behind ? [] : [paired(own, theirs, ref)]
             }),
           ],
         ]
@@ -246,13 +253,19 @@ export async function ratesPhase(
     /** `m` against the reference `ref` (pgbench, Fastify), when it ran and is not `m` itself. */
     const versus = (ref: string, name: string, m: RateFigures) => {
       const r = figures[ref]
-      return r === undefined || name === ref || name === 'pgbench'
-        ? ''
+      if (r === undefined || name === ref || name === 'pgbench') return ''
+      return r.p50 > behindMs
+        ? `  (${ref} fell behind)`
         : `  ÷ ${ref} p50 ${f(m.p50 / r.p50, 4, 2)} p99 ${f(m.p99 / r.p99, 4, 2)}`
     }
     for (const [name, m] of Object.entries(figures)) {
       // A generator late by a quarter of the p99 measured itself as much as the target.
-      const mark = m.lagP99 > m.p99 / 4 ? ' (generator lag: measured the generator)' : ''
+      const mark =
+        m.p50 > behindMs
+          ? ' (fell behind its schedule)'
+          : m.lagP99 > m.p99 / 4
+            ? ' (generator lag: measured the generator)'
+            : ''
       const vs = versus('pgbench', name, m) + versus('fastify', name, m)
       say(
         `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
