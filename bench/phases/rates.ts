@@ -90,6 +90,7 @@ const references = ['fastify', 'pgbench']
  * nothing of the target judged, and is not printed.
  */
 const behindMs = 100
+const fellBehind = (m: RateFigures | undefined) => (m?.p50 ?? 0) > behindMs
 
 /**
  * The targets in the order of one round: shuffled (Fisher-Yates on a generator seeded with
@@ -241,8 +242,9 @@ export async function ratesPhase(
             name,
             references.flatMap((ref) => {
               const theirs = rows.get(ref)
-              const behind = (figures[ref]?.p50 ?? 0) > behindMs
-              return theirs === undefined || behind ? [] : [paired(own, theirs, ref)]
+              return theirs === undefined || fellBehind(figures[ref])
+                ? []
+                : [paired(own, theirs, ref)]
             }),
           ],
         ]
@@ -254,18 +256,17 @@ export async function ratesPhase(
     const versus = (ref: string, name: string, m: RateFigures) => {
       const r = figures[ref]
       if (r === undefined || name === ref || name === 'pgbench') return ''
-      return r.p50 > behindMs
+      return fellBehind(r)
         ? `  (${ref} fell behind)`
         : `  ÷ ${ref} p50 ${f(m.p50 / r.p50, 4, 2)} p99 ${f(m.p99 / r.p99, 4, 2)}`
     }
     for (const [name, m] of Object.entries(figures)) {
       // A generator late by a quarter of the p99 measured itself as much as the target.
-      const mark =
-        m.p50 > behindMs
-          ? ' (fell behind its schedule)'
-          : m.lagP99 > m.p99 / 4
-            ? ' (generator lag: measured the generator)'
-            : ''
+      const mark = fellBehind(m)
+        ? ' (fell behind its schedule)'
+        : m.lagP99 > m.p99 / 4
+          ? ' (generator lag: measured the generator)'
+          : ''
       const vs = versus('pgbench', name, m) + versus('fastify', name, m)
       say(
         `  ${name.padEnd(9)} p50 ${f(m.p50, 6, 2)}  p99 ${f(m.p99, 6, 2)}  p99.9 ${f(m.p999, 6, 2)}  max ${f(m.max, 7, 2)}  lag p99 ${f(m.lagP99, 5, 2)}  errors ${m.errors}${vs}${mark}`,
