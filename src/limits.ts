@@ -186,5 +186,9 @@ export const limits = {
   },
 } as const
 
-/** A number as the documents write it: 10000 as 10,000. */
-export const formatted = (n: number) => n.toLocaleString('en-US')
+/**
+ * A whole number as the documents write it: 10000 as 10,000. Not `toLocaleString`, whose first
+ * call loads the ICU locale data: about 15 ms of CPU at every start of a process that makes the
+ * metrics' help texts.
+ */
+export const formatted = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',')
