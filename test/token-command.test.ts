@@ -2,12 +2,15 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { after, describe, test } from 'node:test'
 import zlib from 'node:zlib'
-import { runMain } from './helpers/cli.ts'
+import { runMain, runTokenHere } from './helpers/cli.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
 const s = await startTestServer({ after })
 const env = { DATABASE_URL: s.db.url }
+
+// The first test runs the command as the process `npm run token` starts (`runMain`); the rest
+// run the same command in this process (`runTokenHere`), without a Node start each.
 
 async function statusWith(token: string): Promise<number> {
   return (await s.post({ id: uniqueId(), name: 'probe' }, { token })).status
@@ -31,7 +34,7 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('a created token works on a running instance within 1 s, through LISTEN/NOTIFY alone', async () => {
     const name = `notify-${uniqueId()}`
-    const { stdout } = await runMain(['token', 'create', name], env)
+    const { stdout } = await runTokenHere(['create', name], env)
     const token = stdout.trim()
     const ms = await within(1000, async () => (await statusWith(token)) === 200)
     assert.ok(ms < 1000)
@@ -39,9 +42,9 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('a revoked token fails on a running instance within 1 s', async () => {
     const name = `revoke-${uniqueId()}`
-    const token = (await runMain(['token', 'create', name], env)).stdout.trim()
+    const token = (await runTokenHere(['create', name], env)).stdout.trim()
     await within(1000, async () => (await statusWith(token)) === 200)
-    const revoked = await runMain(['token', 'revoke', name], env)
+    const revoked = await runTokenHere(['revoke', name], env)
     assert.equal(revoked.code, 0)
     const ms = await within(1000, async () => (await statusWith(token)) === 401)
     assert.ok(ms < 1000)
@@ -49,15 +52,15 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('list shows NAME, CREATED, EXPIRES, LAST USED and a state, one line per token, never a token or digest', async () => {
     const name = `listed-${uniqueId()}`
-    const token = (await runMain(['token', 'create', name], env)).stdout.trim()
+    const token = (await runTokenHere(['create', name], env)).stdout.trim()
     const never = `listed-never-${uniqueId()}`
-    await runMain(['token', 'create', never, '--expires-in', 'never'], env)
+    await runTokenHere(['create', never, '--expires-in', 'never'], env)
     const soon = `listed-soon-${uniqueId()}`
-    await runMain(['token', 'create', soon, '--expires-in', '3d'], env)
+    await runTokenHere(['create', soon, '--expires-in', '3d'], env)
     const gone = `listed-gone-${uniqueId()}`
-    await runMain(['token', 'create', gone], env)
-    await runMain(['token', 'revoke', gone], env)
-    const { code, stdout } = await runMain(['token', 'list'], env)
+    await runTokenHere(['create', gone], env)
+    await runTokenHere(['revoke', gone], env)
+    const { code, stdout } = await runTokenHere(['list'], env)
     assert.equal(code, 0)
     const lines = stdout.trim().split('\n')
     assert.equal(lines[0], 'NAME\tCREATED\tEXPIRES\tLAST USED\tSTATE')
@@ -72,7 +75,7 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('create gives a token 90 days by default, or --expires-in, and prints the expiry beside it', async () => {
     const byDefault = `life-${uniqueId()}`
-    const made = await runMain(['token', 'create', byDefault], env)
+    const made = await runTokenHere(['create', byDefault], env)
     assert.equal(made.code, 0)
     assert.match(made.stdout, /^pst_[0-9A-Za-z]{49}\n$/)
     assert.match(
@@ -80,7 +83,7 @@ describe('npm run token -- create | list | revoke', () => {
       new RegExp(`created token ${byDefault}, expiring \\d{4}-\\S+Z \\(in 90 days\\)`),
     )
     const short = `life-${uniqueId()}`
-    const twelve = await runMain(['token', 'create', short, '--expires-in', '12h'], env)
+    const twelve = await runTokenHere(['create', short, '--expires-in', '12h'], env)
     assert.match(twelve.stderr, /\(in 12 hours\)/)
     const rows = await s.db.sql<{ name: string; days: number }[]>`
       select name, extract(epoch from expires_at - created_at) / 86400 as days
@@ -97,22 +100,19 @@ describe('npm run token -- create | list | revoke', () => {
   test('create refuses more than 365 days, no time at all, or a duration it cannot read: exit 1, one line, nothing created', async () => {
     for (const given of ['366d', '0s', '3 weeks', '90']) {
       const name = `refused-${uniqueId()}`
-      const r = await runMain(['token', 'create', name, '--expires-in', given], env)
+      const r = await runTokenHere(['create', name, '--expires-in', given], env)
       assert.equal(r.code, 1, given)
       assert.equal(r.stdout, '')
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr)
       assert.equal((await s.db.sql`select 1 from api_tokens where name = ${name}`).length, 0)
     }
-    const year = await runMain(
-      ['token', 'create', `year-${uniqueId()}`, '--expires-in', '365d'],
-      env,
-    )
+    const year = await runTokenHere(['create', `year-${uniqueId()}`, '--expires-in', '365d'], env)
     assert.equal(year.code, 0)
   })
 
   test('create --expires-in never is allowed and warned about', async () => {
     const name = `never-${uniqueId()}`
-    const r = await runMain(['token', 'create', name, '--expires-in', 'never'], env)
+    const r = await runTokenHere(['create', name, '--expires-in', 'never'], env)
     assert.equal(r.code, 0)
     assert.match(r.stderr, /never expires: a leaked copy works until it is revoked/)
     const [row] = await s.db.sql`select expires_at from api_tokens where name = ${name}`
@@ -121,7 +121,7 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('a token whose expiry passes while the service runs is refused within 1 s, 401/40103 with error_description, with no notification', async () => {
     const name = `expiring-${uniqueId()}`
-    const r = await runMain(['token', 'create', name, '--expires-in', '3s'], env)
+    const r = await runTokenHere(['create', name, '--expires-in', '3s'], env)
     const token = r.stdout.trim()
     await within(1000, async () => (await statusWith(token)) === 200)
     const [row] = await s.db.sql<
@@ -147,21 +147,21 @@ describe('npm run token -- create | list | revoke', () => {
 
   test('create refuses a name that exists, even revoked; names are never reused', async () => {
     const name = `dup-${uniqueId()}`
-    await runMain(['token', 'create', name], env)
-    const again = await runMain(['token', 'create', name], env)
+    await runTokenHere(['create', name], env)
+    const again = await runTokenHere(['create', name], env)
     assert.equal(again.code, 1)
     assert.equal(again.stdout, '')
     assert.match(again.stderr, /exists already/)
   })
 
   test('create refuses an invalid name; revoke refuses an unknown one; bad usage exits 1', async () => {
-    const bad = await runMain(['token', 'create', 'has space'], env)
+    const bad = await runTokenHere(['create', 'has space'], env)
     assert.equal(bad.code, 1)
     assert.match(bad.stderr, /must be 1 to 64 characters/)
-    const unknown = await runMain(['token', 'revoke', `ghost-${uniqueId()}`], env)
+    const unknown = await runTokenHere(['revoke', `ghost-${uniqueId()}`], env)
     assert.equal(unknown.code, 1)
     assert.match(unknown.stderr, /no token is named/)
-    const usage = await runMain(['token', 'frobnicate'], env)
+    const usage = await runTokenHere(['frobnicate'], env)
     assert.equal(usage.code, 1)
     assert.match(usage.stderr, /usage/)
   })
@@ -169,7 +169,7 @@ describe('npm run token -- create | list | revoke', () => {
   test('tokens are pst_, 43 random base62 characters (256 bits) and their CRC32 in 6 base62 characters, all different', async () => {
     const tokens = new Set<string>()
     for (let i = 0; i < 3; i++)
-      tokens.add((await runMain(['token', 'create', `rand-${uniqueId()}`], env)).stdout.trim())
+      tokens.add((await runTokenHere(['create', `rand-${uniqueId()}`], env)).stdout.trim())
     assert.equal(tokens.size, 3)
     const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
     for (const t of tokens) {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { watchTokenLifetimes } from '../src/auth/token-warnings.ts'
 import { createLog } from '../src/log.ts'
-import { runMain } from './helpers/cli.ts'
+import { runTokenHere } from './helpers/cli.ts'
 import { startTestServer, uniqueId } from './helpers/server.ts'
 import { within } from './helpers/wait.ts'
 
@@ -18,7 +18,7 @@ async function answerTo(
 }
 
 async function created(name: string, ...options: string[]): Promise<string> {
-  const r = await runMain(['token', 'create', name, ...options], env)
+  const r = await runTokenHere(['create', name, ...options], env)
   assert.equal(r.code, 0, r.stderr)
   const token = r.stdout.trim()
   await within(1000, async () => (await answerTo(token)).status === 200)
@@ -26,7 +26,7 @@ async function created(name: string, ...options: string[]): Promise<string> {
 }
 
 async function listLines(...options: string[]): Promise<string[]> {
-  const r = await runMain(['token', 'list', ...options], env)
+  const r = await runTokenHere(['list', ...options], env)
   assert.equal(r.code, 0, r.stderr)
   return r.stdout.trim().split('\n').slice(1)
 }
@@ -35,7 +35,7 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('rotate prints a new token for the same name; both work during the grace, and list shows the successor and its predecessor', async () => {
     const name = `rotated-${uniqueId()}`
     const old = await created(name)
-    const r = await runMain(['token', 'rotate', name], env)
+    const r = await runTokenHere(['rotate', name], env)
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /^pst_[0-9A-Za-z]{49}\n$/)
     assert.match(
@@ -61,7 +61,7 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('a grace that passes while the service runs ends the old token within 1 s, 401/40102, with no notification; the new one goes on', async () => {
     const name = `grace-${uniqueId()}`
     const old = await created(name)
-    const r = await runMain(['token', 'rotate', name, '--grace', '3s', '--expires-in', '30d'], env)
+    const r = await runTokenHere(['rotate', name, '--grace', '3s', '--expires-in', '30d'], env)
     assert.equal(r.code, 0, r.stderr)
     const successor = r.stdout.trim()
     await within(1000, async () => (await answerTo(successor)).status === 200)
@@ -86,7 +86,7 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('rotate --grace 0s refuses the old token within 1 s', async () => {
     const name = `at-once-${uniqueId()}`
     const old = await created(name)
-    const r = await runMain(['token', 'rotate', name, '--grace', '0s'], env)
+    const r = await runTokenHere(['rotate', name, '--grace', '0s'], env)
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stderr, /the old one is refused from now on/)
     await within(1000, async () => (await answerTo(old)).status === 401)
@@ -96,9 +96,9 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('revoke NAME ends every token of the name within 1 s, the one in its grace included', async () => {
     const name = `revoke-both-${uniqueId()}`
     const old = await created(name)
-    const successor = (await runMain(['token', 'rotate', name], env)).stdout.trim()
+    const successor = (await runTokenHere(['rotate', name], env)).stdout.trim()
     await within(1000, async () => (await answerTo(successor)).status === 200)
-    const r = await runMain(['token', 'revoke', name], env)
+    const r = await runTokenHere(['revoke', name], env)
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stderr, new RegExp(`every token named ${name} is revoked`))
     await within(1000, async () => {
@@ -110,11 +110,11 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
       .map((l) => l.split('\t')[4])
     assert.deepEqual(states, ['revoked', 'revoked'])
     // A revoked name is never used again, by rotate or create.
-    const again = await runMain(['token', 'rotate', name], env)
+    const again = await runTokenHere(['rotate', name], env)
     assert.equal(again.code, 1)
     assert.equal(again.stdout, '')
     assert.match(again.stderr, /is revoked; a revoked name is never used again/)
-    assert.equal((await runMain(['token', 'create', name], env)).code, 1)
+    assert.equal((await runTokenHere(['create', name], env)).code, 1)
   })
 
   test('rotate refuses an unknown name, a grace over 7 days, a lifetime over 365 days or bad usage: exit 1, one line, nothing changed', async () => {
@@ -136,14 +136,14 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
       ['rotate', name, '--expiring', '1d'],
       ['rotate'],
     ]) {
-      const r = await runMain(['token', ...args], env)
+      const r = await runTokenHere(args, env)
       assert.equal(r.code, 1, args.join(' '))
       assert.equal(r.stdout, '')
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr)
     }
     assert.deepEqual(await s.db.sql`select * from api_tokens where name = ${name}`, before)
     assert.equal((await answerTo(old)).status, 200)
-    assert.equal((await runMain(['token', 'rotate', name, '--grace', '7d'], env)).code, 0)
+    assert.equal((await runTokenHere(['rotate', name, '--grace', '7d'], env)).code, 0)
   })
 
   test('list --expiring DURATION shows only the tokens that work and expire within it', async () => {
@@ -155,13 +155,13 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
     await created(never, '--expires-in', 'never')
     const revoked = `exp-revoked-${uniqueId()}`
     await created(revoked, '--expires-in', '1d')
-    await runMain(['token', 'revoke', revoked], env)
+    await runTokenHere(['revoke', revoked], env)
     const names = (await listLines('--expiring', '3d')).map((l) => l.split('\t')[0])
     assert.ok(names.includes(soon))
     for (const n of [later, never, revoked]) assert.ok(!names.includes(n), n)
     const wider = (await listLines('--expiring', '21d')).map((l) => l.split('\t')[0])
     assert.ok(wider.includes(soon) && wider.includes(later))
-    const bad = await runMain(['token', 'list', '--expiring', 'a while'], env)
+    const bad = await runTokenHere(['list', '--expiring', 'a while'], env)
     assert.equal(bad.code, 1)
   })
 
@@ -185,7 +185,7 @@ describe('npm run token -- rotate | revoke | list, and warnings before a token e
   test('plant_store_token_expiry_timestamp_seconds gives each name the expiry of its current token, none for a token that never expires', async () => {
     const name = `metric-${uniqueId()}`
     await created(name, '--expires-in', '5d')
-    const successor = (await runMain(['token', 'rotate', name, '--expires-in', '40d'], env)).stdout
+    const successor = (await runTokenHere(['rotate', name, '--expires-in', '40d'], env)).stdout
     await within(1000, async () => (await answerTo(successor.trim())).status === 200)
     const never = `metric-never-${uniqueId()}`
     await created(never, '--expires-in', 'never')

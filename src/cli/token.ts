@@ -17,23 +17,27 @@ import { onMigratedSession } from './database.ts'
 export const tokenUsage =
   'usage: npm run token -- create NAME [--expires-in DURATION|never] | rotate NAME [--grace DURATION] [--expires-in DURATION|never] | list [--expiring DURATION] | revoke NAME'
 
-/** `npm run token -- create | rotate | list | revoke` on the writable server. */
+/** Where a command writes: its result, one line at a time, and what is meant for a person. */
+export type CommandOutput = { out: (line: string) => void; err: (line: string) => void }
+
+const standardStreams: CommandOutput = {
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+}
+
+/**
+ * `npm run token -- create | rotate | list | revoke` on the writable server, writing to standard
+ * output and error (or to `output`: the tests run the command in their own process).
+ */
 export async function tokenCommand(
   config: Config,
   log: Log,
   args: readonly string[],
+  output: CommandOutput = standardStreams,
 ): Promise<number> {
-  if (parseArgs(args) === undefined) {
-    process.stderr.write(`${tokenUsage}\n`)
-    return 1
-  }
+  if (parseArgs(args) === undefined) return fail(output.err, tokenUsage)
   return onMigratedSession(config, log, 'plant-store token', (sql) =>
-    runTokenCommand(
-      args,
-      sql,
-      (line) => process.stdout.write(`${line}\n`),
-      (line) => process.stderr.write(`${line}\n`),
-    ),
+    runTokenCommand(args, sql, output.out, output.err),
   )
 }
 

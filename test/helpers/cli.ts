@@ -1,5 +1,8 @@
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { tokenCommand } from '../../src/cli/token.ts'
+import { parseConfig } from '../../src/config.ts'
+import { createLog, describeError } from '../../src/log.ts'
 
 /** The project folder. */
 export const projectDir = fileURLToPath(new URL('../..', import.meta.url))
@@ -51,6 +54,40 @@ export function runMain(
       ? [process.execPath, '--import', 'tsx', 'src/main.ts']
       : ['./node_modules/.bin/deno', 'task', '--quiet', 'start']
   return capture(command as string, [...prefix, ...args], env, cwd)
+}
+
+/**
+ * Runs `token ARGS` in this process, as `src/main.ts` runs it (the configuration from `env`
+ * alone, the log at warn on standard error, an error thrown ending it with one line and status
+ * 1), its standard output and error captured. A `runMain` of a token command costs a Node start
+ * (about 0.45 s of CPU on Node 20, most of it tsx's): the tests of the command's verbs run it
+ * here; the tests of `npm run token` as a process (test/operator-commands.test.ts,
+ * test/doc-examples.test.ts, the first of test/token-command.test.ts) run it through `runMain`
+ * or npm.
+ */
+export async function runTokenHere(
+  args: readonly string[],
+  env: Record<string, string | undefined>,
+): Promise<Ran> {
+  let stdout = ''
+  let stderr = ''
+  const config = parseConfig(env)
+  const log = createLog(config.logLevel === 'info' ? 'warn' : config.logLevel, (line) => {
+    stderr += line
+  })
+  try {
+    const code = await tokenCommand(config, log, args, {
+      out: (line) => {
+        stdout += `${line}\n`
+      },
+      err: (line) => {
+        stderr += `${line}\n`
+      },
+    })
+    return { code, stdout, stderr }
+  } catch (err) {
+    return { code: 1, stdout, stderr: `${stderr}plant-store: ${describeError(err)}\n` }
+  }
 }
 
 /**
