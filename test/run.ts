@@ -195,8 +195,11 @@ log.info(`test database ready: ${db.kind}`, {
 // time took 6 min 52 s with one core kept busy on the machines of 2026-11 (docs/development.md);
 // on 2026-12-02's slower machine five at a time overloaded both cores (10 to 20 runnable
 // processes): the Citus file took 296 s of its 300, and three files failed on their timings
-// (839 s); three at a time passed every test, in 804 s.
-const concurrency = Number(process.env.TEST_CONCURRENCY) || 3
+// (839 s); three at a time passed every test, in 804 s. On 2026-12-03's faster hours of the same
+// guest, beside `stress-ng --cpu 1` on Node 20, four at a time passed every test in 460 and 482 s,
+// three at a time, each run right after, in 522 and 534 s (the same CPU, 646 to 690 s): the
+// long files' waits left some of it idle at three (docs/development.md).
+const concurrency = Number(process.env.TEST_CONCURRENCY) || 4
 // What the files may share for this run, removed after it: the tests' own PostgreSQL servers
 // copy one initdb of each version from it (test/helpers/replication.ts), and each test database
 // is a copy of one migrated for the run (test/helpers/database.ts).
