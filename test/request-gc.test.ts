@@ -4,6 +4,7 @@ import postgres from 'postgres'
 import { startEmbedded } from '../src/db/start/embedded.ts'
 import { migrate } from '../src/db/start/migrate.ts'
 import { limits } from '../src/limits.ts'
+import { seedEmbedded } from './helpers/cluster-cache.ts'
 import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { bodyOf, type Drive, driveCreates } from './helpers/drive.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
@@ -111,6 +112,7 @@ async function paceCreates(base: string, token: string, perSecond: number, conne
  */
 async function flushingDatabase(): Promise<{ url: string; sql: postgres.Sql }> {
   const { dir, ...tmp } = await tempDir({ after }, 'plant-store-request-gc-')
+  await seedEmbedded(dir)
   const db = await startEmbedded({ dir, log: quietLog, shareRunning: false, fast: false })
   tmp.after(() => db.stop())
   await migrate(db.url, quietLog)

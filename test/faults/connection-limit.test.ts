@@ -8,6 +8,7 @@ import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
 import { createLog } from '../../src/log.ts'
 import { startService } from '../../src/service.ts'
+import { seedEmbedded } from '../helpers/cluster-cache.ts'
 import { quietLog } from '../helpers/database.ts'
 import { driveCreates } from '../helpers/drive.ts'
 import { tempDir } from '../helpers/temp-dir.ts'
@@ -18,6 +19,7 @@ describe('more instances than the server has connections for', () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-connection-limit-')
     // Seven connections: this test's own, and three for each instance once it serves (the
     // pool's first, the LISTEN, and one statement slot). A second slot needs an eighth.
+    await seedEmbedded(dir)
     const db = await startEmbedded({
       dir,
       log: quietLog,

@@ -4,6 +4,7 @@ import postgres from 'postgres'
 import { freePort, startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { limits } from '../../src/limits.ts'
+import { seedEmbedded } from '../helpers/cluster-cache.ts'
 import { holdPlantsLock, quietLog } from '../helpers/database.ts'
 import { driveCreates, lostAcknowledgements, underWay } from '../helpers/drive.ts'
 import { startTestServer, uniqueId } from '../helpers/server.ts'
@@ -15,6 +16,7 @@ describe('a database outage', () => {
     const { dir, ...tmp } = await tempDir({ after }, 'plant-store-outage-')
     const port = await freePort()
     const start = () => startEmbedded({ dir, log: quietLog, shareRunning: false, fast: true, port })
+    await seedEmbedded(dir)
     let db = await start()
     tmp.after(() => db.stop())
     await migrate(db.url, quietLog)

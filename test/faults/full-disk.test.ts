@@ -9,6 +9,7 @@ import { startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
 import { postgres15Bin, startPostgres15 } from '../helpers/citus.ts'
 import { projectDir } from '../helpers/cli.ts'
+import { seedEmbedded } from '../helpers/cluster-cache.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { type Drive, driveCreates, lostAcknowledgements, pastTheFault } from '../helpers/drive.ts'
 import { serverPort } from '../helpers/ports.ts'
@@ -47,6 +48,7 @@ async function onSmallDisk(t: { after: (fn: () => unknown) => void }): Promise<O
       fast: true,
       port,
     })
+  await seedEmbedded(join(disk.dir, 'db'))
   let db = await start()
   disk.after(() => db.stop())
   await migrate(db.url, quietLog)

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test'
 import postgres from 'postgres'
 import { startEmbedded } from '../../src/db/start/embedded.ts'
 import { migrate } from '../../src/db/start/migrate.ts'
+import { seedEmbedded } from '../helpers/cluster-cache.ts'
 import { type Cleanup, quietLog } from '../helpers/database.ts'
 import { partitionUnavailable } from '../helpers/partition.ts'
 import { type Arranged, partitionAndRecover } from '../helpers/partition-run.ts'
@@ -20,6 +21,7 @@ const skip = unavailable !== undefined && !process.env.CI ? unavailable : false
 async function onItsOwnServer(t: Cleanup): Promise<Arranged> {
   const { dir, ...tmp } = await tempDir(t, 'plant-store-partition-')
   const port = await serverPort()
+  await seedEmbedded(dir)
   const db = await startEmbedded({ dir, log: quietLog, shareRunning: false, fast: true, port })
   tmp.after(() => db.stop())
   await migrate(db.url, quietLog)

@@ -6,6 +6,7 @@ import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
 import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { runNpm } from './cli.ts'
+import { initdbCopy } from './cluster-cache.ts'
 import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
@@ -69,9 +70,13 @@ async function postgres15(
   const node = async (name: string, citus = true): Promise<CitusNode> => {
     const data = join(dir, name)
     const port = await serverPort()
-    await run(join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], {
-      ...asPostgres,
-    })
+    await initdbCopy(
+      'initdb-citus-15',
+      join(bin, 'initdb'),
+      ['-U', 'postgres', '--auth=trust', '-E', 'UTF8'],
+      data,
+      user,
+    )
     await appendFile(
       join(data, 'postgresql.conf'),
       `listen_addresses = '127.0.0.1'\nport = ${port}\nmax_connections = 300\nunix_socket_directories = ''\nfsync = ${fsync ? 'on' : 'off'}\n${

@@ -1,11 +1,12 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { appendFile, chmod, chown, cp, mkdtemp, rename, rm, writeFile } from 'node:fs/promises'
+import { appendFile, chmod, chown, cp, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
 import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { postgres15Bin } from './citus.ts'
+import { initdbCopy } from './cluster-cache.ts'
 import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
@@ -56,36 +57,13 @@ async function postgresUser(): Promise<{ uid: number; gid: number } | undefined>
 /** initdb's arguments for every server of these tests, after `-D DIR`. */
 const initdbArgs = ['-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync']
 
-/**
- * A new cluster of `version` in `dataDir` (which must not exist), owned by `user`: a copy
- * (`cp -a`) of one initdb made once for the whole run in `PLANT_STORE_TEST_CACHE`, which
- * test/run.ts sets and removes after; initdb itself without it. An initdb costs about 0.9 s of CPU
- * here, a copy 0.35 s, and the suite made some 60 of them (2026-12-02). Every copy has the same
- * system identifier, which no test compares.
- */
-async function newCluster(
+/** A new cluster of `version` in `dataDir` (which must not exist), owned by `user`. */
+function newCluster(
   version: Version,
   dataDir: string,
   user: { uid: number; gid: number } | undefined,
 ): Promise<void> {
-  const cache = process.env.PLANT_STORE_TEST_CACHE
-  if (!cache) {
-    await run(binariesOf(version).initdb, ['-D', dataDir, ...initdbArgs], { ...user })
-    return
-  }
-  const pristine = join(cache, `initdb-${version}`)
-  if (!existsSync(pristine)) {
-    // Files running at once may each make one: the first rename wins, the others are removed.
-    const making = await mkdtemp(join(cache, `making-${version}-`))
-    if (user) await chown(making, user.uid, user.gid)
-    await run(binariesOf(version).initdb, ['-D', join(making, 'data'), ...initdbArgs], { ...user })
-    await rename(join(making, 'data'), pristine).catch((err: NodeJS.ErrnoException) => {
-      if (err.code !== 'ENOTEMPTY' && err.code !== 'EEXIST') throw err
-    })
-    await rm(making, { recursive: true, force: true })
-  }
-  // cp -a keeps the owner, the modes (0700) and the times; Node's fs.cp took 0.85 s of CPU.
-  await run('cp', ['-a', pristine, dataDir])
+  return initdbCopy(`initdb-${version}`, binariesOf(version).initdb, initdbArgs, dataDir, user)
 }
 
 /** A PostgreSQL server process of a test. */
