@@ -5,7 +5,7 @@ import { cp, readFile, symlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { projectDir, type Ran } from './helpers/cli.ts'
-import { tempDir } from './helpers/temp-dir.ts'
+import { diskTempDir, tempDir } from './helpers/temp-dir.ts'
 import { within } from './helpers/wait.ts'
 
 // Every shell example of README.md and docs/ (the commands of each ```sh block) is run here
@@ -199,7 +199,9 @@ describe('the shell examples of README.md and docs/', () => {
 
 describe('the examples on a service started as the README says (npm start in a fresh copy)', () => {
   test('npm start, the first create, the token and migrate commands, npm run openapi and the deno tasks', async () => {
-    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-examples-')
+    // On the disk: the deno tasks below use the embedded database under it (.data), and Deno
+    // refuses paths under /dev (test/run.ts may put the others in /dev/shm).
+    const { dir, ...tmp } = await tempDir({ after }, 'plant-store-examples-', diskTempDir())
     for (const item of ['package.json', 'tsconfig.json', 'deno.json', 'src', 'migrations'])
       await cp(join(projectDir, item), join(dir, item), { recursive: true })
     await symlink(join(projectDir, 'node_modules'), join(dir, 'node_modules'))

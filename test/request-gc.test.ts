@@ -9,7 +9,7 @@ import { createTestDatabase, quietLog } from './helpers/database.ts'
 import { bodyOf, type Drive, driveCreates } from './helpers/drive.ts'
 import { startServiceProcess, tokenFor } from './helpers/process.ts'
 import { createRequest, exchange, openSocket } from './helpers/raw-http.ts'
-import { tempDir } from './helpers/temp-dir.ts'
+import { diskTempDir, tempDir } from './helpers/temp-dir.ts'
 import { sleep, within } from './helpers/wait.ts'
 
 // A create's objects are young garbage once it is answered. Objects that outlive two
@@ -111,7 +111,7 @@ async function paceCreates(base: string, token: string, perSecond: number, conne
  * arrive one by one go in statements of their own.
  */
 async function flushingDatabase(): Promise<{ url: string; sql: postgres.Sql }> {
-  const { dir, ...tmp } = await tempDir({ after }, 'plant-store-request-gc-')
+  const { dir, ...tmp } = await tempDir({ after }, 'plant-store-request-gc-', diskTempDir())
   await seedEmbedded(dir)
   const db = await startEmbedded({ dir, log: quietLog, shareRunning: false, fast: false })
   tmp.after(() => db.stop())

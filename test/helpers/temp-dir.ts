@@ -4,6 +4,13 @@ import { join } from 'node:path'
 import type { Cleanup } from './database.ts'
 
 /**
+ * The temporary folder on a disk: test/run.ts puts the run's others on a RAM filesystem where it
+ * can (`ramTempDir`). For a server whose commits must wait for a disk's flush, and for what Deno
+ * reads and writes (it refuses paths under `/dev` without `--allow-all`).
+ */
+export const diskTempDir = (): string => process.env.PLANT_STORE_DISK_TMPDIR || tmpdir()
+
+/**
  * A new folder in the system's temporary folder that the embedded PostgreSQL can use: mkdtemp
  * makes it 0700, but started as root the server runs as user postgres, which must enter it.
  */
