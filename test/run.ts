@@ -32,10 +32,10 @@ function ramTempDir(env: NodeJS.ProcessEnv): string | undefined {
   const shm = '/dev/shm'
   if (env.TMPDIR) return undefined
   try {
-    const fs = statfsSync(shm)
+    const space = statfsSync(shm)
     const tmpfsMagic = 0x01021994
     accessSync(shm, constants.W_OK)
-    return fs.type === tmpfsMagic && fs.bavail * fs.bsize >= 4 * 2 ** 30 ? shm : undefined
+    return space.type === tmpfsMagic && space.bavail * space.bsize >= 4 * 2 ** 30 ? shm : undefined
   } catch {
     return undefined
   }
