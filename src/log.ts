@@ -29,6 +29,13 @@ function isoNow(): string {
   return lastIso
 }
 
+/**
+ * The log of a command (migrate, token, grant) on standard error: `info`, the default level, is
+ * raised to `warn`, so that a command writes only what went wrong unless LOG_LEVEL asks for more.
+ */
+export const commandLog = (level: LogLevel, write: (line: string) => void): Log =>
+  createLog(level === 'info' ? 'warn' : level, write)
+
 /** Creates a logger that drops lines below `level` and hands each line to `write`. */
 export function createLog(
   level: LogLevel,

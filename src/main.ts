@@ -1,6 +1,6 @@
 import process from 'node:process'
 import { type Config, ConfigError, parseConfig } from './config.ts'
-import { createLog, describeError } from './log.ts'
+import { commandLog, describeError } from './log.ts'
 import { scavengeOnMainThread } from './scavenge.ts'
 
 // Before anything else runs: young-generation collections on the main thread alone.
@@ -32,9 +32,7 @@ async function main(argv: readonly string[]): Promise<number> {
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code !== 'EPIPE') throw err
   })
-  const log = createLog(config.logLevel === 'info' ? 'warn' : config.logLevel, (l) =>
-    process.stderr.write(l),
-  )
+  const log = commandLog(config.logLevel, (l) => process.stderr.write(l))
   if (command === 'migrate')
     return (await import('./cli/migrate.ts')).migrateCommand(config, log, args)
   if (command === 'token') return (await import('./cli/token.ts')).tokenCommand(config, log, args)

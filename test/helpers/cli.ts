@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { tokenCommand } from '../../src/cli/token.ts'
 import { parseConfig } from '../../src/config.ts'
-import { createLog, describeError } from '../../src/log.ts'
+import { commandLog, describeError } from '../../src/log.ts'
 
 /** The project folder. */
 export const projectDir = fileURLToPath(new URL('../..', import.meta.url))
@@ -72,7 +72,7 @@ export async function runTokenHere(
   let stdout = ''
   let stderr = ''
   const config = parseConfig(env)
-  const log = createLog(config.logLevel === 'info' ? 'warn' : config.logLevel, (line) => {
+  const log = commandLog(config.logLevel, (line) => {
     stderr += line
   })
   try {
