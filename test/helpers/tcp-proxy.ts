@@ -23,11 +23,13 @@ export type TcpProxy = {
    */
   readonly freeze: () => void
   /**
-   * The next query sent on any connection reaches the server, which runs it to its end (and
-   * commits it); its answer is dropped and that connection cut: the client cannot tell whether
-   * it committed. Resolves once it has cut.
+   * The next query sent on any connection whose SQL `of` accepts (any, by default) reaches the
+   * server, which runs it to its end (and commits it); its answer is dropped and that connection
+   * cut: the client cannot tell whether it committed. Resolves once it has cut. Without `of` the
+   * query may be one the client runs of its own accord meanwhile (a token reload on a
+   * notification), not the one the test sends.
    */
-  readonly loseNextAnswer: () => Promise<void>
+  readonly loseNextAnswer: (of?: (sql: string) => boolean) => Promise<void>
   /**
    * What each connection accepted so far has sent, in order: the text of every Parse and Query
    * message (a prepared statement's later Binds name it only, and are not listed).
@@ -40,6 +42,26 @@ export type TcpProxy = {
 
 // The SSLRequest and GSSENCRequest codes: answered with one byte, then the StartupMessage follows.
 const negotiationCodes = new Set([80877103, 80877104])
+
+/**
+ * The SQL of the query a frontend chunk starts with, if it starts with one: a Query's or a
+ * Parse's text, or for a Bind the text its statement was parsed with (`prepared`).
+ */
+function queryStarting(chunk: Buffer, prepared: ReadonlyMap<string, string>): string | undefined {
+  if (chunk.length < 6) return undefined
+  const name = (start: number) => chunk.toString('utf8', start, chunk.indexOf(0, start))
+  switch (chunk[0]) {
+    case 0x51:
+      return name(5)
+    case 0x50:
+      return name(chunk.indexOf(0, 5) + 1)
+    case 0x42:
+      // Bind: the portal's name, then the statement's.
+      return prepared.get(name(chunk.indexOf(0, 5) + 1))
+    default:
+      return undefined
+  }
+}
 
 /**
  * Calls `onQuery` when the frontend stream fed to the returned function reaches its first
@@ -70,9 +92,13 @@ function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
 
 /**
  * Calls `onQuery` with the SQL of each Parse ('P') or Query ('Q') message in the frontend stream
- * fed to the returned function. Messages before the StartupMessage have no type byte.
+ * fed to the returned function, and keeps in `prepared` each statement's SQL by its name, which a
+ * later Bind names. Messages before the StartupMessage have no type byte.
  */
-function recordQueries(onQuery: (sql: string) => void): (chunk: Buffer) => void {
+function recordQueries(
+  onQuery: (sql: string) => void,
+  prepared: Map<string, string>,
+): (chunk: Buffer) => void {
   let pending = Buffer.alloc(0)
   let untyped = true
   return (chunk) => {
@@ -89,7 +115,9 @@ function recordQueries(onQuery: (sql: string) => void): (chunk: Buffer) => void 
       } else if (pending[0] === 0x50) {
         // Parse: the statement's name, then its text, each ended by a zero byte.
         const text = pending.indexOf(0, 5) + 1
-        onQuery(pending.toString('utf8', text, pending.indexOf(0, text)))
+        const sql = pending.toString('utf8', text, pending.indexOf(0, text))
+        prepared.set(pending.toString('utf8', 5, text - 1), sql)
+        onQuery(sql)
       }
       pending = pending.subarray(length)
     }
@@ -122,7 +150,7 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
   let port = 0
   let cutAtQuery: (() => void) | undefined
   let frozen = false
-  let loseAnswer: (() => void) | undefined
+  let loseAnswer: { of: (sql: string) => boolean; lost: () => void } | undefined
   const queries: string[][] = []
 
   async function listen(): Promise<void> {
@@ -134,9 +162,10 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       }
       const sent: string[] = []
       queries.push(sent)
+      const prepared = new Map<string, string>()
       client.on(
         'data',
-        recordQueries((sql) => sent.push(sql)),
+        recordQueries((sql) => sent.push(sql), prepared),
       )
       for (const s of [client, upstream]) {
         sockets.add(s)
@@ -154,22 +183,20 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
             onQuery?.()
           }),
         )
-      // With `loseNextAnswer` armed: the first query seen (a chunk starting with Parse, Bind of
-      // a prepared statement, or Query, the connection being idle) has its answer dropped, and
-      // both ends cut.
+      // With `loseNextAnswer` armed: the first query seen that it names (a chunk starting with
+      // Parse, Bind of a prepared statement, or Query, the connection being idle) has its answer
+      // dropped, and both ends cut. Registered after `recordQueries`, which has read the chunk's
+      // Parse, if any, by then.
       let answerOfQuery: ((chunk: Buffer) => boolean) | undefined
       client.on('data', (chunk: Buffer) => {
-        if (
-          loseAnswer !== undefined &&
-          answerOfQuery === undefined &&
-          (chunk[0] === 0x50 || chunk[0] === 0x42 || chunk[0] === 0x51)
-        )
-          answerOfQuery = watchForReady()
+        if (loseAnswer === undefined || answerOfQuery !== undefined) return
+        const sql = queryStarting(chunk, prepared)
+        if (sql !== undefined && loseAnswer.of(sql)) answerOfQuery = watchForReady()
       })
       const answers = new Transform({
         transform(chunk: Buffer, _encoding, done) {
           if (answerOfQuery !== undefined && loseAnswer !== undefined && answerOfQuery(chunk)) {
-            const lost = loseAnswer
+            const lost = loseAnswer.lost
             loseAnswer = undefined
             destroyBoth()
             lost()
@@ -219,9 +246,9 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       new Promise<void>((resolve) => {
         cutAtQuery = () => void cut().then(resolve)
       }),
-    loseNextAnswer: () =>
+    loseNextAnswer: (of = () => true) =>
       new Promise<void>((resolve) => {
-        loseAnswer = resolve
+        loseAnswer = { of, lost: resolve }
       }),
     queries: () => queries,
     retarget: (url) => {
