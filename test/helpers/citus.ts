@@ -1,12 +1,10 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { appendFile, chown } from 'node:fs/promises'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
-import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { runNpm } from './cli.ts'
-import { initdbCopy } from './cluster-cache.ts'
+import { initdbCopy, postgresUser } from './cluster-cache.ts'
 import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
@@ -15,7 +13,6 @@ import { within } from './wait.ts'
 // A real Citus cluster for the tests: Debian's PostgreSQL 15 with Citus 13.2.2, built by
 // .ci/citus.sh from ../shared/vendor/, a coordinator and two workers on 127.0.0.1.
 
-const run = promisify(execFile)
 /** Debian's PostgreSQL 15 programs (`CITUS_PG_BIN` elsewhere). */
 export const postgres15Bin = process.env.CITUS_PG_BIN || '/usr/lib/postgresql/15/bin'
 const bin = postgres15Bin
@@ -46,13 +43,6 @@ export type CitusCluster = {
   readonly workers: readonly CitusNode[]
   /** A pool on the coordinator's `plants` database. */
   readonly sql: Sql
-}
-
-async function postgresUser(): Promise<{ uid: number; gid: number } | undefined> {
-  if (process.getuid?.() !== 0) return undefined
-  await ensurePostgresUser()
-  const id = async (flag: string) => Number((await run('id', [flag, 'postgres'])).stdout.trim())
-  return { uid: await id('-u'), gid: await id('-g') }
 }
 
 /**

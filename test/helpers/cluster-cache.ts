@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs'
 import { chown, mkdir, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { startEmbedded } from '../../src/db/start/embedded.ts'
+import { ensurePostgresUser, startEmbedded } from '../../src/db/start/embedded.ts'
 import { quietLog } from './database.ts'
 import { makeTempDir } from './temp-dir.ts'
 
@@ -15,6 +15,17 @@ import { makeTempDir } from './temp-dir.ts'
 // test compares. Without the cache (a file run alone, the bench) each is made afresh.
 
 const run = promisify(execFile)
+
+/**
+ * Whom the tests' PostgreSQL servers run as: as root, the postgres user (made if missing);
+ * otherwise undefined, the test's own user.
+ */
+export async function postgresUser(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined
+  await ensurePostgresUser()
+  const id = async (flag: string) => Number((await run('id', [flag, 'postgres'])).stdout.trim())
+  return { uid: await id('-u'), gid: await id('-g') }
+}
 
 /**
  * Files running at once may each make the run's one: `make` fills a new folder in the cache,

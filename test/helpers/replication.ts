@@ -4,9 +4,8 @@ import { appendFile, chmod, chown, cp, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres, { type Sql } from 'postgres'
-import { ensurePostgresUser } from '../../src/db/start/embedded.ts'
 import { postgres15Bin } from './citus.ts'
-import { initdbCopy } from './cluster-cache.ts'
+import { initdbCopy, postgresUser } from './cluster-cache.ts'
 import type { Cleanup } from './database.ts'
 import { serverPort } from './ports.ts'
 import { tempDir } from './temp-dir.ts'
@@ -44,14 +43,6 @@ export function versionUnavailable(version: Version): string | undefined {
   if (version === 15 && !existsSync(debian15.postgres))
     return `no PostgreSQL 15 here (${debian15.postgres}); install Debian's postgresql-15 (as .ci/citus.sh does)`
   return undefined
-}
-
-/** As root, PostgreSQL runs as the postgres user. */
-async function postgresUser(): Promise<{ uid: number; gid: number } | undefined> {
-  if (process.getuid?.() !== 0) return undefined
-  await ensurePostgresUser()
-  const id = async (flag: string) => Number((await run('id', [flag, 'postgres'])).stdout.trim())
-  return { uid: await id('-u'), gid: await id('-g') }
 }
 
 /** initdb's arguments for every server of these tests, after `-D DIR`. */
