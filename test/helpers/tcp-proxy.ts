@@ -44,81 +44,49 @@ export type TcpProxy = {
 const negotiationCodes = new Set([80877103, 80877104])
 
 /**
- * The SQL of the query a frontend chunk starts with, if it starts with one: a Query's or a
- * Parse's text, or for a Bind the text its statement was parsed with (`prepared`).
+ * Calls `onQuery` for each Parse ('P'), Bind ('B') or Query ('Q') message in the frontend stream
+ * fed to the returned function: its type, its SQL (a Bind's is the text its prepared statement
+ * was parsed with, earlier on the same stream), and whether it began a chunk (the connection was
+ * idle until it came). Messages before the StartupMessage have no type byte.
  */
-function queryStarting(chunk: Buffer, prepared: ReadonlyMap<string, string>): string | undefined {
-  if (chunk.length < 6) return undefined
-  const name = (start: number) => chunk.toString('utf8', start, chunk.indexOf(0, start))
-  switch (chunk[0]) {
-    case 0x51:
-      return name(5)
-    case 0x50:
-      return name(chunk.indexOf(0, 5) + 1)
-    case 0x42:
-      // Bind: the portal's name, then the statement's.
-      return prepared.get(name(chunk.indexOf(0, 5) + 1))
-    default:
-      return undefined
-  }
-}
-
-/**
- * Calls `onQuery` when the frontend stream fed to the returned function reaches its first
- * Parse ('P') or Query ('Q') message. Messages before the StartupMessage have no type byte.
- */
-function watchForFirstQuery(onQuery: () => void): (chunk: Buffer) => void {
-  let pending = Buffer.alloc(0)
-  let untyped = true
-  let done = false
-  return (chunk) => {
-    if (done) return
-    pending = Buffer.concat([pending, chunk])
-    for (;;) {
-      const header = untyped ? 4 : 5
-      if (pending.length < header) return
-      if (!untyped && (pending[0] === 0x50 || pending[0] === 0x51)) {
-        done = true
-        onQuery()
-        return
-      }
-      const length = pending.readInt32BE(untyped ? 0 : 1) + (untyped ? 0 : 1)
-      if (pending.length < length) return
-      if (untyped && !(length >= 8 && negotiationCodes.has(pending.readInt32BE(4)))) untyped = false
-      pending = pending.subarray(length)
-    }
-  }
-}
-
-/**
- * Calls `onQuery` with the SQL of each Parse ('P') or Query ('Q') message in the frontend stream
- * fed to the returned function, and keeps in `prepared` each statement's SQL by its name, which a
- * later Bind names. Messages before the StartupMessage have no type byte.
- */
-function recordQueries(
-  onQuery: (sql: string) => void,
-  prepared: Map<string, string>,
+function readQueries(
+  onQuery: (type: number, sql: string, beganChunk: boolean) => void,
 ): (chunk: Buffer) => void {
   let pending = Buffer.alloc(0)
   let untyped = true
+  // Whether the message at the head of `pending` began a chunk.
+  let headBeganChunk = true
+  const prepared = new Map<string, string>()
   return (chunk) => {
+    if (pending.length === 0) headBeganChunk = true
     pending = Buffer.concat([pending, chunk])
     for (;;) {
       const header = untyped ? 4 : 5
       if (pending.length < header) return
       const length = pending.readInt32BE(untyped ? 0 : 1) + (untyped ? 0 : 1)
       if (pending.length < length) return
+      // A zero-ended string of the message from `at`, and where the next field begins.
+      const text = (at: number): [string, number] => {
+        const end = pending.indexOf(0, at)
+        return [pending.toString('utf8', at, end), end + 1]
+      }
+      const type = pending[0] ?? 0
       if (untyped) {
         if (!(length >= 8 && negotiationCodes.has(pending.readInt32BE(4)))) untyped = false
-      } else if (pending[0] === 0x51) {
-        onQuery(pending.toString('utf8', 5, pending.indexOf(0, 5)))
-      } else if (pending[0] === 0x50) {
-        // Parse: the statement's name, then its text, each ended by a zero byte.
-        const text = pending.indexOf(0, 5) + 1
-        const sql = pending.toString('utf8', text, pending.indexOf(0, text))
-        prepared.set(pending.toString('utf8', 5, text - 1), sql)
-        onQuery(sql)
+      } else if (type === 0x51) {
+        onQuery(type, text(5)[0], headBeganChunk)
+      } else if (type === 0x50) {
+        // Parse: the statement's name, then its text.
+        const [name, next] = text(5)
+        const [sql] = text(next)
+        prepared.set(name, sql)
+        onQuery(type, sql, headBeganChunk)
+      } else if (type === 0x42) {
+        // Bind: the portal's name, then the statement's.
+        const [statement] = text(text(5)[1])
+        onQuery(type, prepared.get(statement) ?? '', headBeganChunk)
       }
+      headBeganChunk = false
       pending = pending.subarray(length)
     }
   }
@@ -162,37 +130,34 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
       }
       const sent: string[] = []
       queries.push(sent)
-      const prepared = new Map<string, string>()
+      // With `cutAtFirstQuery` armed as it opens, the connection cuts at its first query; the
+      // first connection to send one cuts, the others' then do nothing. With `loseNextAnswer`
+      // armed: the first query it names that begins a chunk (the connection idle until then) has
+      // its answer dropped, and both ends cut. Read before the pipe (registered first): the chunk
+      // with the query meets a destroyed upstream, and the watch for its answer is set before the
+      // query goes on.
+      const cutsAtFirstQuery = cutAtQuery !== undefined
+      let queried = false
+      let answerOfQuery: ((chunk: Buffer) => boolean) | undefined
       client.on(
         'data',
-        recordQueries((sql) => sent.push(sql), prepared),
+        readQueries((type, sql, beganChunk) => {
+          if (type !== 0x42) sent.push(sql)
+          if (cutsAtFirstQuery && !queried) {
+            const onQuery = cutAtQuery
+            cutAtQuery = undefined
+            onQuery?.()
+          }
+          queried = true
+          if (beganChunk && answerOfQuery === undefined && loseAnswer?.of(sql))
+            answerOfQuery = watchForReady()
+        }),
       )
       for (const s of [client, upstream]) {
         sockets.add(s)
         s.on('close', () => sockets.delete(s))
         s.on('error', destroyBoth)
       }
-      // Registered before the pipe: the chunk with the query meets a destroyed upstream. The
-      // first connection to send one cuts; the others' watches then do nothing.
-      if (cutAtQuery)
-        client.on(
-          'data',
-          watchForFirstQuery(() => {
-            const onQuery = cutAtQuery
-            cutAtQuery = undefined
-            onQuery?.()
-          }),
-        )
-      // With `loseNextAnswer` armed: the first query seen that it names (a chunk starting with
-      // Parse, Bind of a prepared statement, or Query, the connection being idle) has its answer
-      // dropped, and both ends cut. Registered after `recordQueries`, which has read the chunk's
-      // Parse, if any, by then.
-      let answerOfQuery: ((chunk: Buffer) => boolean) | undefined
-      client.on('data', (chunk: Buffer) => {
-        if (loseAnswer === undefined || answerOfQuery !== undefined) return
-        const sql = queryStarting(chunk, prepared)
-        if (sql !== undefined && loseAnswer.of(sql)) answerOfQuery = watchForReady()
-      })
       const answers = new Transform({
         transform(chunk: Buffer, _encoding, done) {
           if (answerOfQuery !== undefined && loseAnswer !== undefined && answerOfQuery(chunk)) {
