@@ -233,7 +233,7 @@ log.info(`test database ready: ${db.kind}`, {
 // long files' waits left some of it idle at three (docs/development.md).
 const concurrency = Number(process.env.TEST_CONCURRENCY) || 4
 // What the files may share for this run, removed after it: the tests' own PostgreSQL servers
-// copy one initdb of each version from it (test/helpers/replication.ts), and each test database
+// copy one initdb of each kind from it (test/helpers/cluster-cache.ts), and each test database
 // is a copy of one migrated for the run (test/helpers/database.ts).
 const cache = await makeTempDir('plant-store-test-cache-')
 const template = await createTemplateDatabase(db.url)
