@@ -166,8 +166,8 @@ describe('the objects of a create, in the service as npm start runs it, against 
     {
       // A statement for each create, and each alone in flight: the slots' bookkeeping empties at
       // each (the first two loads keep a statement in flight most of the time); 32 connections,
-      // each waiting 32 ms between its creates, well within a scavenge's interval, so that what
-      // Node keeps of a connection's last request dies young.
+      // each waiting 32 ms between its creates, well within a scavenge's interval (a
+      // connection's last request is freed once answered: test/request-freed.test.ts).
       name: 'paced, 1,000 creates a second one by one over 32 connections, commits flushed',
       flushed: true,
       start: paced(1000, 32),

@@ -14,7 +14,7 @@ import { describeError, type Log } from '../log.ts'
 import { type Metrics, noMetrics } from '../metrics/metrics.ts'
 import type { Spans } from '../tracing/spans.ts'
 import { contentAnswer, jsonAnswer } from './answer.ts'
-import { bodyUnread } from './body.ts'
+import { bodyUnread, releaseTakenRequest } from './body.ts'
 import { failure } from './errors.ts'
 import { clientAddress } from './rate-limit.ts'
 import { pathOf, type Routed } from './router.ts'
@@ -379,6 +379,7 @@ function writeAnswer(
   if (bodyUnread(req) || conn.closing || leaving()) headers.connection = 'close'
   res.writeHead(status, headers)
   res.end(body)
+  releaseTakenRequest(req)
   if (headers.connection === 'close' || !res.shouldKeepAlive) closeAfterThis(conn)
   return status
 }
