@@ -10,8 +10,8 @@ import { sleep, within } from './helpers/wait.ts'
 
 // Node's HTTP parser keeps a connection's request (`parser.incoming`) until the request's
 // stream has ended. A create whose body came with its headers is taken from the stream's buffer
-// at once, before the parser has pushed the stream's end (src/http/body.ts): unless the stream
-// is then let reach its end, the request (with its headers, about 1 kB) lives until the
+// at once, and its stream is never read to its end (src/http/body.ts): unless the service drops
+// the parser's hold after the answer, the request (with its headers, about 1 kB) lives until the
 // connection's next request. With hundreds of connections kept alive, each sending every few
 // hundred milliseconds, those were 320 kB that every young-generation collection copied, half a
 // millisecond of each pause (BENCHMARKS.md, "A connection's last request").
